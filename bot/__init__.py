@@ -1,0 +1,1 @@
+"""rsi-bot: the GitHub App that carries promoted candidates to evidence-bearing PRs."""

@@ -1,0 +1,71 @@
+"""`rsi-bot` command line. Heavy imports happen inside commands so `--help` stays fast."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="rsi-bot")
+def main() -> None:
+    """rsi-bot: evidence-bearing pull requests for GPU serving performance changes."""
+
+
+@main.command()
+@click.argument("bundles", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--candidate", type=click.Path(path_type=Path), help="Intake JSON of the candidate.")
+@click.option("--history", type=click.Path(path_type=Path), help="Earlier measurements of main.")
+@click.option("--attribution", type=click.Path(path_type=Path),
+              help="Other PRs merged between base and head.")
+@click.option("--threshold", type=click.FloatRange(min=0), default=3.0, show_default=True,
+              help="Practical threshold in percent.")
+@click.option("--github-url", default="https://github.com", show_default=True,
+              help="GitHub (Enterprise) web URL for compare links.")
+@click.option("--public-url", default=None, help="Base URL where DIR will be served (plot links).")
+@click.option("--out", "out", required=True, type=click.Path(path_type=Path), metavar="DIR")
+def evidence(
+    bundles: tuple[Path, ...],
+    candidate: Path | None,
+    history: Path | None,
+    attribution: Path | None,
+    threshold: float,
+    github_url: str,
+    public_url: str | None,
+    out: Path,
+) -> None:
+    """Build the evidence for one verification (one bundle per GPU) into DIR.
+
+    Exits 0 whenever evidence was built, whatever the verdict; 2 on unreadable input.
+    """
+    from evidence.build import Inputs, build, read_json_file, write
+    from evidence.errors import InputError
+    from evidence.model import AttributionEntry, Candidate, HistoryEntry
+    from evidence.policy import Policy
+
+    try:
+        inputs = Inputs(
+            bundles=list(bundles),
+            candidate=read_json_file(candidate, Candidate) if candidate else None,
+            history=read_json_file(history, list[HistoryEntry]) if history else [],
+            attribution=(read_json_file(attribution, list[AttributionEntry])
+                         if attribution else []),
+            policy=Policy(threshold_pct=threshold),
+            github_url=github_url,
+            public_url=public_url,
+        )
+        ev, sources = build(inputs)
+    except InputError as exc:
+        click.echo(f"rsi-bot evidence: unreadable input: {exc}", err=True)
+        sys.exit(2)
+    write(ev, sources, out, public_url)
+    click.echo(f"verdict: {ev.verdict} — {ev.reason}")
+    for gpu, g in ev.gpus.items():
+        click.echo(f"  {gpu}: {g.verdict} — {g.reason}")
+    click.echo(f"claim: {ev.claim.status}")
+    errors = sum(1 for f in ev.audit if f.severity == "error")
+    warnings = sum(1 for f in ev.audit if f.severity == "warning")
+    click.echo(f"audit: {errors} error(s), {warnings} warning(s)")
+    click.echo(f"report: {(out / 'report.html').resolve()}")

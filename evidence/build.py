@@ -1,0 +1,163 @@
+"""Build the evidence for one verification: read, audit, study, judge, explain, render.
+
+This is the engine's one entry point (the CLI and the App both call `build` and then
+`write`); it knows nothing of GitHub beyond the URL of compare links.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import orjson
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from evidence.audit import audit
+from evidence.caveats import write_caveats
+from evidence.errors import InputError
+from evidence.links import links, reproduce
+from evidence.load import Source, format_validation, load
+from evidence.model import (
+    AttributionEntry,
+    Candidate,
+    Evidence,
+    Finding,
+    GpuResult,
+    HistoryEntry,
+    RoundValue,
+)
+from evidence.policy import Policy
+from evidence.study import build_study
+from evidence.verdict import decide, headline, judge_claim, per_gpu
+
+T = TypeVar("T")
+
+
+@dataclass
+class Inputs:
+    bundles: list[Path]
+    candidate: Candidate | None = None
+    history: list[HistoryEntry] = field(default_factory=list)
+    attribution: list[AttributionEntry] = field(default_factory=list)
+    policy: Policy = field(default_factory=Policy)
+    github_url: str = "https://github.com"
+    public_url: str | None = None
+
+
+def read_json_file(path: Path, model: type[T] | Any) -> T:
+    """Validate a side file against `model`; InputError names the file and the field."""
+    try:
+        raw = orjson.loads(path.read_bytes())
+    except FileNotFoundError as exc:
+        raise InputError(str(path), "no such file") from exc
+    except orjson.JSONDecodeError as exc:
+        raise InputError(str(path), f"not valid JSON ({exc})") from exc
+    try:
+        if isinstance(model, type) and issubclass(model, BaseModel):
+            return model.model_validate(raw)  # type: ignore[return-value]
+        return TypeAdapter(model).validate_python(raw)  # type: ignore[no-any-return]
+    except ValidationError as exc:
+        raise InputError(str(path), format_validation(exc)) from exc
+
+
+def build(inputs: Inputs) -> tuple[Evidence, list[Source]]:
+    if not inputs.bundles:
+        raise InputError("(arguments)", "give at least one bundle")
+    sources = [load(p) for p in inputs.bundles]
+    cand = inputs.candidate
+    policy = inputs.policy
+    claim = cand.claim if cand else None
+    rows, measured = build_study(sources, policy, claim)
+    findings = audit(sources, policy, inputs.history)
+    if claim is not None and not measured:
+        findings.append(Finding(code="claim-not-measured", severity="warning",
+                                message=f"The claim's metric {claim.metric} ({claim.mode}) "
+                                "was not measured; request throughput was judged instead."))
+    findings += _candidate_mismatch(cand, sources)
+    verdict, reason = decide(rows, findings)
+    claim_result = judge_claim(rows, claim, measured)
+    gpus: dict[str, GpuResult] = {}
+    for src in sources:
+        v, why = per_gpu(rows, findings, src.gpu)
+        claim_gpu = judge_claim([r for r in rows if r.gpu == src.gpu], claim, measured)
+        gpus[src.gpu] = GpuResult(
+            verdict=v, reason=why, headline=headline(rows, src.gpu),
+            claim_status=claim_gpu.status if claim else "none",
+            fingerprint=src.manifest.environment,
+            startup_s=_side_means(src, "startup_s"),
+            peak_vram_mib=_side_means(src, "peak_vram_mib"),
+            runner=(src.manifest.runner or {}).get("name"),
+            rounds_per_side=max((r.n_base for r in rows if r.gpu == src.gpu and r.primary),
+                                default=0),
+            per_request_audit=src.per_request,
+        )
+    m = sources[0].manifest
+    ev = Evidence(
+        verdict=verdict, reason=reason, verification_id=m.verification_id, repo=m.repo,
+        task=m.task, base_sha=m.base.sha, head_sha=m.head.sha, head_repo=m.head.repo,
+        threshold_pct=policy.threshold_pct, gpus=gpus, audit=findings, study=rows,
+        caveats=write_caveats(sources, rows, findings, cand, inputs.attribution),
+        claim=claim_result, rounds=_rounds(sources), links=links(inputs.github_url, sources),
+        attribution=inputs.attribution,
+        reproduce=reproduce(inputs.github_url, sources,
+                            max((g.rounds_per_side for g in gpus.values()), default=0)),
+        candidate=cand.model_dump(mode="json") if cand else None,
+        inputs=[s.path for s in sources],
+        per_request_audit=all(s.per_request for s in sources),
+    )
+    return ev, sources
+
+
+def _side_means(src: Source, metric: str) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    for side in ("base", "head"):
+        v = [lr.metrics.get(metric) for lr in src.runs if lr.run.side == side and lr.usable]
+        vals = [x for x in v if x is not None]
+        out[side] = sum(vals) / len(vals) if vals else None
+    return out
+
+
+def _rounds(sources: list[Source]) -> list[RoundValue]:
+    return [RoundValue(gpu=s.gpu, mode=lr.run.mode, concurrency=lr.run.concurrency,
+                       side=lr.run.side, round=lr.run.round, order=lr.order, run_id=lr.run.id,
+                       throughput_qps=lr.metrics.get("throughput_qps"), status=lr.run.status)
+            for s in sources for lr in s.runs]
+
+
+def _candidate_mismatch(cand: Candidate | None, sources: list[Source]) -> list[Finding]:
+    """The candidate must be the one the bundles measured (same repo and commits)."""
+    if cand is None:
+        return []
+    out = []
+    for s in sources:
+        m = s.manifest
+        if s.kind != "bundle":
+            continue
+        wrong = [(k, a, b) for k, a, b in (("repo", cand.repo, m.repo),
+                                           ("base", cand.base_sha, m.base.sha),
+                                           ("head", cand.head.sha, m.head.sha)) if a != b]
+        if wrong:
+            out.append(Finding(code="bundle-invalid", severity="error", gpu=s.gpu,
+                               message=f"{s.path} measured a different change than the "
+                               "candidate: " + ", ".join(f"{k} {b} (candidate: {a})"
+                                                          for k, a, b in wrong) + "."))
+    return out
+
+
+def write(ev: Evidence, sources: list[Source], out: Path, public_url: str | None) -> None:
+    """Write evidence.json, evidence.md, check.md, pr-body.md, report.html and plots/."""
+    from evidence.plots import make_plots
+    from evidence.render import render_check, render_comment, render_pr_section, render_report
+
+    out.mkdir(parents=True, exist_ok=True)
+    cand = Candidate.model_validate(ev.candidate) if ev.candidate else None
+    ev.plots = make_plots(ev, sources, cand, out, public_url)
+    report_url = f"{public_url.rstrip('/')}/report.html" if public_url else None
+    (out / "evidence.md").write_text(render_comment(ev, report_url), encoding="utf-8")
+    (out / "check.md").write_text(render_check(ev, report_url), encoding="utf-8")
+    (out / "pr-body.md").write_text(render_pr_section(ev, report_url), encoding="utf-8")
+    (out / "report.html").write_text(render_report(ev, out), encoding="utf-8")
+    (out / "evidence.json").write_bytes(
+        orjson.dumps(ev.model_dump(mode="json", by_alias=True),
+                     option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))

@@ -1,0 +1,50 @@
+"""Compare links on GitHub (or a GitHub Enterprise host) and the reproduce command."""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+from evidence.load import Source
+from evidence.model import Link, Reproduce
+
+
+def compare_url(github_url: str, repo: str, base: str, head: str,
+                head_repo: str | None = None) -> str:
+    """`compare/BASE...HEAD`; a fork's head is written `owner:sha` as GitHub expects."""
+    root = github_url.rstrip("/")
+    if head_repo and head_repo != repo:
+        head = f"{head_repo.split('/')[0]}:{head}"
+    return f"{root}/{repo}/compare/{quote(base, safe='')}...{quote(head, safe=':')}"
+
+
+def links(github_url: str, sources: list[Source]) -> list[Link]:
+    if not sources:
+        return []
+    m = sources[0].manifest
+    if not m.base.sha or not m.head.sha or "/" not in m.repo:
+        return []
+    root = github_url.rstrip("/")
+    out = [Link(label="compare base...head",
+                url=compare_url(github_url, m.repo, m.base.sha, m.head.sha, m.head.repo)),
+           Link(label=f"base {m.base.sha[:10]}", url=f"{root}/{m.repo}/commit/{m.base.sha}")]
+    head_repo = m.head.repo or m.repo
+    out.append(Link(label=f"head {m.head.sha[:10]}",
+                    url=f"{root}/{head_repo}/commit/{m.head.sha}"))
+    return out
+
+
+def reproduce(github_url: str, sources: list[Source], rounds: int) -> Reproduce | None:
+    if not sources:
+        return None
+    m = sources[0].manifest
+    modes = sorted({lr.run.mode for s in sources for lr in s.runs})
+    gpus = [s.gpu for s in sources]
+    env = m.environment.get("head") or m.environment.get("base") or {}
+    head_repo = m.head.repo or m.repo
+    root = github_url.rstrip("/")
+    cmd = (f"rsi-runner verify --repo {root}/{m.repo} --base {m.base.sha} "
+           f"--head-repo {root}/{head_repo} --head {m.head.sha} --task {m.task} "
+           f"--gpu {gpus[0].lower()} --rounds {rounds} --modes {','.join(modes)} --out bundle")
+    return Reproduce(command=cmd, base_sha=m.base.sha, head_sha=m.head.sha,
+                     head_repo=m.head.repo, image=env.get("image"),
+                     image_digest=env.get("image_digest"), gpus=gpus)

@@ -1,0 +1,240 @@
+"""Turn each input (a bundle, or a per-run-only study) into one `Source`.
+
+Reading never stops at the first bad file: a run whose file is missing or malformed
+becomes a `bundle-invalid` finding and the rest is kept. Only input that cannot be read
+at all (not an archive, no manifest, a manifest that is not `rsi-bundle/1`) raises
+`InputError`, which names the file.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+from pydantic import ValidationError
+
+from evidence.bundle import MANIFEST, Bundle
+from evidence.errors import InputError
+from evidence.model import Commit, Finding, Manifest, Run
+from evidence.records import (
+    RecordError,
+    RunRecords,
+    WerRecords,
+    parse_server,
+    parse_speed,
+    parse_wer,
+)
+from evidence.rounds import run_metrics
+
+
+@dataclass
+class LoadedRun:
+    run: Run
+    order: int
+    records: RunRecords | None = None
+    wer: WerRecords | None = None
+    server: dict[str, Any] | None = None
+    metrics: dict[str, float | None] = field(default_factory=dict)
+
+    @property
+    def usable(self) -> bool:
+        """An `ok` run whose figures could be computed."""
+        return self.run.status == "ok" and any(v is not None for v in self.metrics.values())
+
+
+@dataclass
+class Source:
+    path: str
+    kind: Literal["bundle", "per-run"]
+    manifest: Manifest
+    gpu: str
+    runs: list[LoadedRun]
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def per_request(self) -> bool:
+        return self.kind == "bundle"
+
+
+def gpu_label(name: str) -> str:
+    """`NVIDIA H200` → `H200`; other names are kept as given."""
+    m = re.search(r"\b([A-Z]\d{2,4}[A-Z]?)\b", name.upper())
+    return m.group(1) if m else name
+
+
+def format_validation(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:5]:
+        loc = ".".join(str(x) for x in err["loc"]) or "(root)"
+        parts.append(f"{loc}: {err['msg']}")
+    more = len(exc.errors()) - 5
+    return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
+
+
+def load(path: Path) -> Source:
+    if not path.exists():
+        raise InputError(str(path), "no such file or folder")
+    if path.is_file() and path.suffix == ".json":
+        return load_per_run_study(path)
+    with Bundle(path) as bundle:
+        return _load_bundle(bundle, str(path))
+
+
+def _load_bundle(bundle: Bundle, where: str) -> Source:
+    try:
+        doc = orjson.loads(bundle.read(MANIFEST))
+    except orjson.JSONDecodeError as exc:
+        raise InputError(f"{where}/{MANIFEST}", f"not valid JSON ({exc})") from exc
+    try:
+        manifest = Manifest.model_validate(doc)
+    except ValidationError as exc:
+        raise InputError(f"{where}/{MANIFEST}", format_validation(exc)) from exc
+    gpu = gpu_label(manifest.gpu)
+    src = Source(where, "bundle", manifest, gpu, [])
+    seen: set[str] = set()
+    for order, run in enumerate(manifest.runs):
+        if run.id in seen:
+            src.findings.append(_invalid(gpu, run.id, f"run id {run.id!r} appears twice in the "
+                                         "manifest; only the first is used"))
+            continue
+        seen.add(run.id)
+        src.runs.append(_load_run(bundle, where, gpu, run, order, src.findings))
+    return src
+
+
+def _invalid(gpu: str, run_id: str, message: str) -> Finding:
+    return Finding(code="bundle-invalid", severity="error", message=message, gpu=gpu,
+                   runs=[run_id])
+
+
+def _load_run(
+    bundle: Bundle, where: str, gpu: str, run: Run, order: int, findings: list[Finding]
+) -> LoadedRun:
+    lr = LoadedRun(run=run, order=order)
+    if run.status != "ok":
+        return lr
+    wanted = {"speed": run.files.speed, "wer": run.files.wer, "server": run.files.server}
+    if wanted["speed"] is None:
+        findings.append(_invalid(gpu, run.id, f"run {run.id} is `ok` but names no speed file"))
+    for kind, rel in wanted.items():
+        if rel is None:
+            continue
+        try:
+            data = bundle.read(rel)
+        except FileNotFoundError:
+            findings.append(_invalid(gpu, run.id, f"run {run.id} is `ok` but its {kind} file "
+                                     f"{rel} is missing from {where}"))
+            continue
+        except (ValueError, OSError) as exc:
+            findings.append(_invalid(gpu, run.id, f"{where}/{rel}: {exc}"))
+            continue
+        try:
+            if kind == "speed":
+                lr.records = parse_speed(data)
+            elif kind == "wer":
+                lr.wer = parse_wer(data)
+            else:
+                lr.server = parse_server(data)
+        except RecordError as exc:
+            findings.append(_invalid(gpu, run.id, f"{where}/{rel} is not a readable {kind} "
+                                     f"file: {exc}"))
+    lr.metrics = run_metrics(lr.records, run.wall_clock_s, lr.server, lr.wer)
+    return lr
+
+
+# ------------------------------------------------------------ per-run-only studies
+
+_SIDES = {"base": "base", "baseline": "base", "candidate": "head", "head": "head"}
+_PER_RUN_METRICS = ("throughput_qps", "latency_mean_s", "rtf_mean", "audio_throughput_s_per_s")
+
+
+def load_per_run_study(path: Path) -> Source:
+    """A study with per-run aggregates only, like SGLang-Omni's `results-summary.json`."""
+    try:
+        doc = orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError as exc:
+        raise InputError(str(path), f"not valid JSON ({exc})") from exc
+    runs = doc.get("runs") if isinstance(doc, dict) else None
+    if not isinstance(runs, list) or not runs:
+        raise InputError(str(path), "not a bundle and not a per-run study (no `runs` list)")
+    contract = _sibling_contract(path)
+    bench = contract.get("benchmark", {}) if contract else {}
+    mode = "unspecified"
+    if isinstance(bench.get("stream"), bool):
+        mode = "streaming" if bench["stream"] else "non-streaming"
+    repo = _repo_from(doc.get("pull_request") or (contract or {}).get("source", {}).get(
+        "repository", ""))
+    gpu = gpu_label(str(doc.get("hardware") or "unknown"))
+    loaded: list[LoadedRun] = []
+    for order, row in enumerate(runs):
+        try:
+            side = _SIDES[str(row["revision"]).lower()]
+            conc = int(row["concurrency"])
+            rnd = int(row["round"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InputError(str(path), f"runs[{order}] lacks revision/concurrency/round "
+                             f"({exc})") from exc
+        run = Run.model_validate({
+            "id": f"{side}-c{conc}-r{rnd}", "side": side, "round": rnd, "mode": mode,
+            "concurrency": conc, "requests": doc.get("samples_per_run"), "status": "ok",
+            "physical_gpu_id": row.get("physical_gpu_id"),
+        })
+        metrics: dict[str, float | None] = {
+            k: (float(row[k]) if isinstance(row.get(k), int | float) else None)
+            for k in _PER_RUN_METRICS
+        }
+        if isinstance(row.get("latency_mean_s"), int | float):
+            metrics["latency_mean_s"] = float(row["latency_mean_s"])
+        loaded.append(LoadedRun(run=run, order=order, metrics=metrics))
+    manifest = Manifest.model_validate({
+        "schema": "rsi-bundle/1",
+        "verification_id": str(doc.get("run_id") or path.stem),
+        "repo": repo,
+        "task": str(bench.get("model") or "unknown"),
+        "base": Commit(sha=str(doc.get("base_commit") or "")),
+        "head": Commit(sha=str(doc.get("candidate_commit") or "")),
+        "gpu": gpu,
+        "environment": _per_run_environment(contract),
+        "runs": [lr.run.model_dump(by_alias=True) for lr in loaded],
+        "complete": str(doc.get("status", "")).upper() == "COMPLETE",
+    })
+    src = Source(str(path), "per-run", manifest, gpu, loaded)
+    src.findings.append(Finding(
+        code="no-per-request-records", severity="info", gpu=gpu,
+        message="This study has per-run aggregates only, so no per-request audit was "
+                "possible: counts, timings, output lengths and sample sets are unchecked.",
+    ))
+    return src
+
+
+def _sibling_contract(path: Path) -> dict[str, Any] | None:
+    """`<x>.results-summary.json` → `<x>.contract.json`, or `contract.json` beside it."""
+    name = path.name
+    candidates = [path.with_name(name.replace("results-summary", "contract")),
+                  path.with_name("contract.json")]
+    for c in candidates:
+        if c != path and c.is_file():
+            try:
+                doc = orjson.loads(c.read_bytes())
+            except orjson.JSONDecodeError:
+                return None
+            return doc if isinstance(doc, dict) else None
+    return None
+
+
+def _per_run_environment(contract: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    if not contract:
+        return {}
+    rt = contract.get("runtime", {})
+    hw = contract.get("hardware", {})
+    env = {"gpu_name": hw.get("gpu_model"), "image": rt.get("image"),
+           "image_digest": rt.get("image_id")}
+    return {"base": dict(env), "head": dict(env)}
+
+
+def _repo_from(url: str) -> str:
+    m = re.search(r"github\.com/([\w.-]+/[\w.-]+)", url)
+    return m.group(1) if m else "unknown/unknown"

@@ -1,0 +1,308 @@
+"""Typed inputs and outputs of the evidence engine.
+
+Inputs (manifest, candidate, history, attribution) are validated with pydantic so a bad
+file fails with the field that is wrong; unknown fields are kept, as `bundle.md` asks.
+The output (`Evidence`) is what the App publishes and what `evidence.json` holds.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Side = Literal["base", "head"]
+Mode = Literal["streaming", "non-streaming", "unspecified"]
+RunStatus = Literal["ok", "failed", "skipped"]
+Verdict = Literal["improved", "regressed", "no-change"]
+Overall = Literal["improved", "regressed", "no-change", "invalid"]
+Severity = Literal["error", "warning", "info"]
+ClaimStatus = Literal["confirmed", "weakened", "not-reproduced", "none"]
+
+SCHEMA = "rsi-evidence/1"
+
+
+class _Open(BaseModel):
+    """Input records keep fields they do not know (bundle.md: fields may be added)."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+# --------------------------------------------------------------------- bundle manifest
+
+
+class RunFiles(_Open):
+    speed: str | None = None
+    wer: str | None = None
+    server: str | None = None
+
+
+class Run(_Open):
+    id: str
+    side: Side
+    round: int = Field(ge=1)
+    mode: Mode
+    concurrency: int = Field(ge=1)
+    requests: int | None = Field(default=None, ge=0)
+    warmup_requests: int | None = Field(default=None, ge=0)
+    started_at: str | None = None
+    ended_at: str | None = None
+    wall_clock_s: float | None = None
+    status: RunStatus = "ok"
+    error: str | None = None
+    log_tail: str | None = None
+    files: RunFiles = Field(default_factory=RunFiles)
+
+
+class Commit(_Open):
+    sha: str
+    ref: str | None = None
+    repo: str | None = None
+
+
+class Manifest(_Open):
+    schema_: Literal["rsi-bundle/1"] = Field(alias="schema")
+    verification_id: str
+    repo: str
+    task: str
+    base: Commit
+    head: Commit
+    gpu: str
+    runner: dict[str, Any] | None = None
+    environment: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    benchmark: dict[str, Any] | None = None
+    runs: list[Run]
+    complete: bool = False
+
+
+# ------------------------------------------------------------------- candidate (intake)
+
+
+class ClaimSpec(_Open):
+    metric: str
+    mode: Mode = "unspecified"
+    gpu: str | None = None
+    concurrency: int | None = None
+    delta_pct: float
+
+
+class HeadRef(_Open):
+    repo: str
+    ref: str
+    sha: str
+
+
+class TrajectoryPoint(_Open):
+    """The seed article's form: one row per evaluated candidate."""
+
+    hour: float
+    reward: float | None = None
+    passed: bool = True
+    failed_guards: list[str] = Field(default_factory=list)
+
+
+class Submission(_Open):
+    """RSI-Harness `evolve_state.json` submissions."""
+
+    at: float
+    round: str
+    score: float | None = None
+    status: str = "completed"
+
+
+class EvolveState(_Open):
+    best_round: str | None = None
+    best_score: float | None = None
+    submissions: list[Submission]
+
+
+class Harness(_Open):
+    run_id: str | None = None
+    best_round: str | None = None
+    reward: float | None = None
+    trajectory: list[TrajectoryPoint] | EvolveState | None = None
+
+
+class Candidate(_Open):
+    candidate_id: str
+    task: str
+    repo: str = Field(pattern=r"^[\w.-]+/[\w.-]+$")
+    base_sha: str = Field(pattern=r"^[0-9a-f]{7,64}$")
+    head: HeadRef
+    title: str = Field(min_length=1, max_length=256)
+    summary: str = ""
+    claim: ClaimSpec | None = None
+    gpus: list[str] = Field(default_factory=list)
+    default_behavior_changes: list[str] = Field(default_factory=list)
+    caveats: list[str] = Field(default_factory=list)
+    harness: Harness | None = None
+    pull_request: int | None = None
+
+
+# --------------------------------------------------------------------- side inputs
+
+
+class HistoryEntry(_Open):
+    task: str
+    gpu: str
+    mode: Mode
+    concurrency: int
+    metric: str
+    value: float
+    sha: str | None = None
+    measured_at: str | None = None
+    fingerprint: dict[str, Any] = Field(default_factory=dict)
+
+
+class AttributionEntry(_Open):
+    number: int
+    title: str
+    url: str | None = None
+    merged_at: str | None = None
+
+
+# --------------------------------------------------------------------- the result
+
+
+class Finding(BaseModel):
+    code: str
+    severity: Severity
+    message: str
+    gpu: str | None = None
+    runs: list[str] = Field(default_factory=list)
+    samples: list[str] = Field(default_factory=list)
+    numbers: dict[str, float | int | str | None] = Field(default_factory=dict)
+
+
+class StudyRow(BaseModel):
+    gpu: str
+    mode: Mode
+    concurrency: int
+    metric: str
+    label: str
+    unit: str
+    better: Literal["higher", "lower"]
+    base: float | None
+    head: float | None
+    n_base: int
+    n_head: int
+    delta_pct: float | None
+    ci_low_pct: float | None
+    ci_high_pct: float | None
+    delta_abs: float | None = None
+    ci_low_abs: float | None = None
+    ci_high_abs: float | None = None
+    p_value: float | None = None
+    p_adjusted: float | None = None
+    verdict: Verdict
+    primary: bool = False
+    guard: bool = False
+    guard_failed: bool = False
+    mde_pct: float | None = None
+    note: str | None = None
+
+
+class Headline(BaseModel):
+    metric: str
+    mode: Mode
+    concurrency: int
+    delta_pct: float | None
+    ci_low_pct: float | None
+    ci_high_pct: float | None
+    verdict: Verdict
+
+
+class GpuResult(BaseModel):
+    verdict: Overall
+    reason: str
+    headline: Headline | None = None
+    claim_status: ClaimStatus = "none"
+    fingerprint: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    startup_s: dict[str, float | None] = Field(default_factory=dict)
+    peak_vram_mib: dict[str, float | None] = Field(default_factory=dict)
+    runner: str | None = None
+    rounds_per_side: int = 0
+    per_request_audit: bool = True
+
+
+class ClaimRowResult(BaseModel):
+    gpu: str
+    concurrency: int
+    status: ClaimStatus
+    delta_pct: float | None
+    ci_low_pct: float | None
+    ci_high_pct: float | None
+
+
+class ClaimResult(BaseModel):
+    status: ClaimStatus
+    message: str
+    metric: str | None = None
+    mode: Mode | None = None
+    gpu: str | None = None
+    claimed_delta_pct: float | None = None
+    rows: list[ClaimRowResult] = Field(default_factory=list)
+
+
+class RoundValue(BaseModel):
+    """One measured round: what the per-round plot and the report's round table show."""
+
+    gpu: str
+    mode: Mode
+    concurrency: int
+    side: Side
+    round: int
+    order: int
+    run_id: str
+    throughput_qps: float | None
+    status: RunStatus = "ok"
+
+
+class Plot(BaseModel):
+    name: str
+    title: str
+    path: str
+    url: str | None = None
+
+
+class Link(BaseModel):
+    label: str
+    url: str
+
+
+class Reproduce(BaseModel):
+    command: str
+    base_sha: str
+    head_sha: str
+    head_repo: str | None
+    image: str | None
+    image_digest: str | None
+    gpus: list[str]
+
+
+class Evidence(BaseModel):
+    schema_: str = Field(default=SCHEMA, alias="schema")
+    verdict: Overall
+    reason: str
+    verification_id: str | None
+    repo: str | None
+    task: str | None
+    base_sha: str | None
+    head_sha: str | None
+    head_repo: str | None = None
+    threshold_pct: float
+    gpus: dict[str, GpuResult]
+    audit: list[Finding]
+    study: list[StudyRow]
+    caveats: list[str]
+    claim: ClaimResult
+    rounds: list[RoundValue] = Field(default_factory=list)
+    links: list[Link] = Field(default_factory=list)
+    attribution: list[AttributionEntry] = Field(default_factory=list)
+    plots: list[Plot] = Field(default_factory=list)
+    reproduce: Reproduce | None = None
+    candidate: dict[str, Any] | None = None
+    inputs: list[str] = Field(default_factory=list)
+    per_request_audit: bool = True
+
+    model_config = ConfigDict(populate_by_name=True)

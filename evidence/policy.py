@@ -1,0 +1,36 @@
+"""Thresholds that decide verdicts and audit severities, with the defaults of issue #2.
+
+One object, passed down, so a repository's `.github/rsi.yml` can later override any of
+them without the engine reading configuration itself.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class Policy(BaseModel):
+    threshold_pct: float = Field(default=3.0, ge=0, description="practical threshold")
+    alpha: float = Field(default=0.05, gt=0, lt=1, description="1 - interval coverage")
+    power: float = Field(default=0.8, gt=0, lt=1, description="power for the detectable effect")
+    guard_latency_p95_pct: float = 10.0
+    guard_ttfa_p95_pct: float = 10.0
+    failure_rate_max: float = Field(default=0.01, ge=0, le=1)
+    wer_increase_max: float = Field(default=0.01, ge=0, description="absolute WER")
+    length_shift_pct: float = 5.0
+    length_shift_p: float = 0.01
+    first_chunk_at_end_frac: float = 0.95
+    min_rounds: int = 3
+    min_failed_rounds: int = 2
+    tail_min_samples: int = 100
+    noisy_cv_pct: float = 5.0
+    history_min_points: int = 3
+    history_z: float = 3.0
+    history_pct: float = 5.0
+
+    def guard_pct(self, metric: str) -> float | None:
+        """The regression a guarded row may show before it lowers the verdict."""
+        return {
+            "latency_p95_s": self.guard_latency_p95_pct,
+            "audio_ttfp_p95_s": self.guard_ttfa_p95_pct,
+        }.get(metric)

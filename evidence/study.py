@@ -1,0 +1,148 @@
+"""The serving study: one row per GPU × mode × concurrency × metric, base against head.
+
+Primary rows (the claim's metric and mode on every GPU and concurrency; without a claim,
+request throughput everywhere) are Holm-corrected and decide the verdict. Other rows keep
+their own 95% intervals and decide nothing except through guards (latency and TTFA p95).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from evidence.load import LoadedRun, Source
+from evidence.metrics import BY_NAME, METRICS, Metric, canonical
+from evidence.model import ClaimSpec, Mode, StudyRow, Verdict
+from evidence.policy import Policy
+from evidence.stats import Comparison, compare, holm
+
+ConfigKey = tuple[str, Mode, int]
+
+
+@dataclass
+class Cell:
+    """The usable runs of one configuration, by side."""
+
+    base: list[LoadedRun]
+    head: list[LoadedRun]
+    requests_per_round: int
+
+
+def cells(sources: list[Source]) -> dict[ConfigKey, Cell]:
+    by_key: dict[ConfigKey, dict[str, list[LoadedRun]]] = defaultdict(
+        lambda: {"base": [], "head": []})
+    reqs: dict[ConfigKey, list[int]] = defaultdict(list)
+    for src in sources:
+        for lr in src.runs:
+            if not lr.usable:
+                continue
+            key = (src.gpu, lr.run.mode, lr.run.concurrency)
+            by_key[key][lr.run.side].append(lr)
+            if lr.records is not None:
+                reqs[key].append(int(lr.records.success.sum()))
+            elif lr.run.requests:
+                reqs[key].append(lr.run.requests)
+    return {
+        k: Cell(v["base"], v["head"], min(reqs[k]) if reqs[k] else 0)
+        for k, v in sorted(by_key.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2]))
+    }
+
+
+def _values(runs: list[LoadedRun], metric: str) -> np.ndarray:
+    return np.array([lr.metrics.get(metric) for lr in runs], dtype=np.float64)
+
+
+def _pct(x: float | None) -> float | None:
+    return None if x is None else round(100.0 * x, 4)
+
+
+def _verdict(metric: Metric, c: Comparison, p: float | None, policy: Policy) -> Verdict:
+    """Both an interval that excludes zero (or the Holm-adjusted p) and a practical effect."""
+    if c.delta is None or p is None or p >= policy.alpha:
+        return "no-change"
+    if metric.scale == "diff":
+        limit = policy.wer_increase_max if metric.name == "wer_mean" else policy.failure_rate_max
+        big = c.delta_abs is not None and abs(c.delta_abs) > limit
+    else:
+        big = abs(c.delta) * 100 >= policy.threshold_pct
+    if not big:
+        return "no-change"
+    gain = c.delta if metric.better == "higher" else -c.delta
+    return "improved" if gain > 0 else "regressed"
+
+
+def primary_metric(claim: ClaimSpec | None) -> tuple[str, Mode | None]:
+    if claim is None:
+        return "throughput_qps", None
+    mode = None if claim.mode == "unspecified" else claim.mode
+    return canonical(claim.metric), mode
+
+
+def build_study(
+    sources: list[Source], policy: Policy, claim: ClaimSpec | None
+) -> tuple[list[StudyRow], bool]:
+    """All rows, and whether the claim's metric/mode was measured at all."""
+    rows: list[StudyRow] = []
+    comps: list[Comparison] = []
+    pmetric, pmode = primary_metric(claim)
+    for (gpu, mode, conc), cell in cells(sources).items():
+        for metric in METRICS:
+            b, h = _values(cell.base, metric.name), _values(cell.head, metric.name)
+            if not np.isfinite(b).any() or not np.isfinite(h).any():
+                continue
+            c = compare(b, h, metric.scale, policy.alpha, policy.power)
+            note = None
+            tail_short = metric.tail is not None and cell.requests_per_round * (
+                1 - metric.tail / 100) < 1
+            if tail_short:
+                note = (f"p{metric.tail:g} from {cell.requests_per_round} requests a round is "
+                        "not a finding (tails need samples)")
+            row = StudyRow(
+                gpu=gpu, mode=mode, concurrency=conc, metric=metric.name, label=metric.label,
+                unit=metric.unit, better=metric.better,
+                base=float(np.nanmean(b)), head=float(np.nanmean(h)),
+                n_base=int(np.isfinite(b).sum()), n_head=int(np.isfinite(h).sum()),
+                delta_pct=_pct(c.delta), ci_low_pct=_pct(c.lo), ci_high_pct=_pct(c.hi),
+                delta_abs=c.delta_abs, ci_low_abs=c.lo_abs, ci_high_abs=c.hi_abs,
+                p_value=c.p, mde_pct=_pct(c.mde),
+                verdict="no-change" if tail_short else _verdict(metric, c, c.p, policy),
+                primary=metric.name == pmetric and (pmode is None or mode == pmode),
+                guard=policy.guard_pct(metric.name) is not None,
+                note=note,
+            )
+            if row.n_base < 2 or row.n_head < 2:
+                row.note = "fewer than 2 rounds on a side: no interval"
+            rows.append(row)
+            comps.append(c)
+    measured = any(r.primary for r in rows)
+    if not measured:  # the claim's metric was not measured: judge throughput instead
+        for r in rows:
+            r.primary = r.metric == "throughput_qps"
+    _correct_primary(rows, comps, policy)
+    _apply_guards(rows, policy)
+    return rows, measured or claim is None
+
+
+def _correct_primary(rows: list[StudyRow], comps: list[Comparison], policy: Policy) -> None:
+    idx = [i for i, r in enumerate(rows) if r.primary and r.p_value is not None]
+    adjusted = holm([rows[i].p_value or 1.0 for i in idx])
+    for i, p_adj in zip(idx, adjusted, strict=True):
+        row = rows[i]
+        row.p_adjusted = p_adj
+        if row.note and row.note.startswith("p"):
+            continue
+        new = _verdict(BY_NAME[row.metric], comps[i], p_adj, policy)
+        if new != row.verdict and len(idx) > 1:
+            row.note = (f"not significant after Holm correction over {len(idx)} primary rows "
+                        f"(adjusted p = {p_adj:.3g})")
+        row.verdict = new
+
+
+def _apply_guards(rows: list[StudyRow], policy: Policy) -> None:
+    for r in rows:
+        limit = policy.guard_pct(r.metric)
+        if limit is None or r.delta_pct is None:
+            continue
+        r.guard_failed = r.verdict == "regressed" and r.delta_pct > limit
