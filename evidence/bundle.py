@@ -10,6 +10,7 @@ import shutil
 import tarfile
 import tempfile
 import zipfile
+import zlib
 from pathlib import Path, PurePosixPath
 from types import TracebackType
 
@@ -93,7 +94,7 @@ class Bundle:
                 return self._zip.read(self._zip_prefix + rel)
             except KeyError as exc:
                 raise FileNotFoundError(rel) from exc
-            except zipfile.BadZipFile as exc:
+            except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
                 raise ValueError(f"corrupt member {rel}: {exc}") from exc
         assert self._root is not None
         return (self._root / rel).read_bytes()
