@@ -54,7 +54,7 @@ class RunRecords:
         return len(self.ids)
 
 
-_OK = object()
+_NUMERIC_TYPES = frozenset({int, float, type(None)})
 
 
 def _is_number(v: object) -> bool:
@@ -64,8 +64,8 @@ def _is_number(v: object) -> bool:
 def _floats(values: list[Any], name: str) -> FloatArray:
     """Numbers and nulls (NaN) only: no strings, booleans or nested lists, which NumPy
     would otherwise coerce ("1.5" -> 1.5, true -> 1.0) or turn into a second axis."""
-    bad = next((v for v in values if v is not None and not _is_number(v)), _OK)
-    if bad is not _OK:
+    if not set(map(type, values)) <= _NUMERIC_TYPES:  # JSON decoders give exact types
+        bad = next(v for v in values if type(v) not in _NUMERIC_TYPES)
         raise RecordError(f"field {name!r} holds a non-number ({bad!r})")
     return np.array(values, dtype=np.float64)  # None -> NaN
 
@@ -183,7 +183,7 @@ def _serving_arrays(doc: dict[str, Any]) -> RunRecords:
     if not isinstance(ttfts, list):
         raise RecordError("array 'ttfts' must be a list")
     n = len(ttfts)
-    for key in ("input_lens", "output_lens", "itls", "errors", "e2els"):
+    for key in ("input_lens", "output_lens", "itls", "errors", "e2els", "latencies"):
         arr = doc.get(key)
         if arr is None:
             continue
@@ -195,9 +195,13 @@ def _serving_arrays(doc: dict[str, Any]) -> RunRecords:
     success = np.array([not e for e in errors_arr], dtype=np.bool_)
     flat, lengths = _ragged(doc.get("itls") or [[] for _ in range(n)], "itls")
     ttft = _floats(ttfts, "ttfts")
-    if doc.get("e2els"):
-        latency = _floats(doc["e2els"], "e2els")
-    else:  # vLLM's own e2el is ttft + the sum of the inter-token gaps
+    # The client's own per-request latency when it saved one (SGLang `e2els`, vLLM
+    # `latencies`, which include the final usage chunk); else ttft + the gaps, as older
+    # vLLM computed its e2el.
+    own = next((k for k in ("e2els", "latencies") if doc.get(k)), None)
+    if own is not None:
+        latency = _floats(doc[own], own)
+    else:
         latency = ttft + _row_reduce(flat, lengths, np.add, 0.0)
     latency = np.where(success, latency, np.nan)
     nan = np.full(n, np.nan)
