@@ -29,8 +29,10 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
-REFERENCE = ("import orjson, pathlib, sys; "
-             "[orjson.loads(p.read_bytes()) for p in pathlib.Path(sys.argv[1]).rglob('*.json')]")
+REFERENCE = (
+    "import orjson, pathlib, sys; "
+    "[orjson.loads(p.read_bytes()) for p in pathlib.Path(sys.argv[1]).rglob('*.json')]"
+)
 
 
 def make_bundle(requests: int) -> Path:
@@ -42,8 +44,18 @@ def make_bundle(requests: int) -> Path:
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     t = time.perf_counter()
-    write_bundle(tmp, SynthSpec(concurrencies=(8, 16, 32, 64), rounds=5, requests=requests,
-                                speedup=0.04, with_wer=False, with_text=True, seed=2026))
+    write_bundle(
+        tmp,
+        SynthSpec(
+            concurrencies=(8, 16, 32, 64),
+            rounds=5,
+            requests=requests,
+            speedup=0.04,
+            with_wer=False,
+            with_text=True,
+            seed=2026,
+        ),
+    )
     tmp.rename(out)
     print(f"generated {out} in {time.perf_counter() - t:.1f}s", flush=True)
     return out
@@ -90,10 +102,16 @@ def main() -> None:
     print(f"bundle: {total:,} requests, {size / 1e6:.0f} MB of JSON, {os.cpu_count()} cores")
     print(f"reference (orjson parse only): median {t_ref:.2f}s  peak RSS {m_ref / 2**20:.0f} MiB")
     print(f"rsi-bot evidence:              median {t_eng:.2f}s  peak RSS {m_eng / 2**20:.0f} MiB")
-    print(f"ratio engine/reference: {ratio:.2f}x (target <= 3.5x); "
-          f"engine peak {m_eng / gib:.2f} GiB (target <= 1 GiB)")
-    print("runs:", ", ".join(f"ref {w:.2f}s" for w, _ in ref), "|",
-          ", ".join(f"engine {w:.2f}s" for w, _ in eng))
+    print(
+        f"ratio engine/reference: {ratio:.2f}x (target <= 3.5x); "
+        f"engine peak {m_eng / gib:.2f} GiB (target <= 1 GiB)"
+    )
+    print(
+        "runs:",
+        ", ".join(f"ref {w:.2f}s" for w, _ in ref),
+        "|",
+        ", ".join(f"engine {w:.2f}s" for w, _ in eng),
+    )
     sys.exit(0 if ratio <= 3.5 and m_eng <= gib else 1)
 
 

@@ -18,12 +18,22 @@ def main() -> None:
 @click.argument("bundles", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--candidate", type=click.Path(path_type=Path), help="Intake JSON of the candidate.")
 @click.option("--history", type=click.Path(path_type=Path), help="Earlier measurements of main.")
-@click.option("--attribution", type=click.Path(path_type=Path),
-              help="Other PRs merged between base and head.")
-@click.option("--threshold", type=click.FloatRange(min=0), default=3.0, show_default=True,
-              help="Practical threshold in percent.")
-@click.option("--github-url", default="https://github.com", show_default=True,
-              help="GitHub (Enterprise) web URL for compare links.")
+@click.option(
+    "--attribution", type=click.Path(path_type=Path), help="Other PRs merged between base and head."
+)
+@click.option(
+    "--threshold",
+    type=click.FloatRange(min=0),
+    default=3.0,
+    show_default=True,
+    help="Practical threshold in percent.",
+)
+@click.option(
+    "--github-url",
+    default="https://github.com",
+    show_default=True,
+    help="GitHub (Enterprise) web URL for compare links.",
+)
 @click.option("--public-url", default=None, help="Base URL where DIR will be served (plot links).")
 @click.option("--out", "out", required=True, type=click.Path(path_type=Path), metavar="DIR")
 def evidence(
@@ -50,8 +60,9 @@ def evidence(
             bundles=list(bundles),
             candidate=read_json_file(candidate, Candidate) if candidate else None,
             history=read_json_file(history, list[HistoryEntry]) if history else [],
-            attribution=(read_json_file(attribution, list[AttributionEntry])
-                         if attribution else []),
+            attribution=(
+                read_json_file(attribution, list[AttributionEntry]) if attribution else []
+            ),
             policy=Policy(threshold_pct=threshold),
             github_url=github_url,
             public_url=public_url,

@@ -9,7 +9,7 @@ summaries.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 from scipy import stats
@@ -21,10 +21,28 @@ from evidence.policy import Policy
 MAX_IDS = 10
 
 
-def _f(code: str, severity: Severity, message: str, src: Source, runs: list[str] | None = None,
-       samples: list[str] | None = None, **numbers: float | int | str | None) -> Finding:
-    return Finding(code=code, severity=severity, message=message, gpu=src.gpu,
-                   runs=runs or [], samples=(samples or [])[:MAX_IDS], numbers=numbers)
+Number = float | int | str | None
+
+
+def _f(
+    code: str,
+    severity: Severity,
+    message: str,
+    src: Source,
+    runs: list[str] | None = None,
+    samples: list[str] | None = None,
+    numbers: dict[str, Number] | None = None,
+    **more: Number,
+) -> Finding:
+    return Finding(
+        code=code,
+        severity=severity,
+        message=message,
+        gpu=src.gpu,
+        runs=runs or [],
+        samples=(samples or [])[:MAX_IDS],
+        numbers={**(numbers or {}), **more},
+    )
 
 
 def _configs(src: Source) -> dict[tuple[str, int], list[LoadedRun]]:
@@ -38,8 +56,9 @@ def _cfg(mode: str, conc: int) -> str:
     return f"{mode} c={conc}"
 
 
-def audit(sources: list[Source], policy: Policy,
-          history: list[HistoryEntry] | None = None) -> list[Finding]:
+def audit(
+    sources: list[Source], policy: Policy, history: list[HistoryEntry] | None = None
+) -> list[Finding]:
     findings: list[Finding] = []
     findings += _across_bundles(sources)
     for src in sources:
@@ -78,17 +97,34 @@ def _across_bundles(sources: list[Source]) -> list[Finding]:
     gpus = Counter(s.gpu for s in sources)
     for gpu, n in gpus.items():
         if n > 1:
-            out.append(_f("bundle-invalid", "error", f"{n} bundles are for {gpu}; a "
-                          "verification has one bundle per GPU kind", first, gpu_bundles=n))
+            out.append(
+                _f(
+                    "bundle-invalid",
+                    "error",
+                    f"{n} bundles are for {gpu}; a verification has one bundle per GPU kind",
+                    first,
+                    gpu_bundles=n,
+                )
+            )
     for s in sources[1:]:
         m, m0 = s.manifest, first.manifest
-        for label, a, b in (("verification", m.verification_id, m0.verification_id),
-                            ("repository", m.repo, m0.repo), ("base commit", m.base.sha,
-                            m0.base.sha), ("head commit", m.head.sha, m0.head.sha)):
+        for label, a, b in (
+            ("verification", m.verification_id, m0.verification_id),
+            ("repository", m.repo, m0.repo),
+            ("base commit", m.base.sha, m0.base.sha),
+            ("head commit", m.head.sha, m0.head.sha),
+        ):
             if a != b:
-                out.append(_f("bundle-invalid", "error", f"{s.path} is for {label} {a}, "
-                              f"{first.path} for {b}: bundles of different verifications "
-                              "cannot be compared", s))
+                out.append(
+                    _f(
+                        "bundle-invalid",
+                        "error",
+                        f"{s.path} is for {label} {a}, "
+                        f"{first.path} for {b}: bundles of different verifications "
+                        "cannot be compared",
+                        s,
+                    )
+                )
     return out
 
 
@@ -98,23 +134,48 @@ def _run_failed(src: Source, policy: Policy) -> list[Finding]:
         if lr.run.status == "ok":
             continue
         tail = (lr.run.log_tail or "").strip().splitlines()
-        why = lr.run.error or ("the schedule stopped early" if lr.run.status == "skipped"
-                               else "no reason given")
-        out.append(_f("run-failed", "warning", f"Run {lr.run.id} {lr.run.status}: {why}"
-                      + (f" (last log line: {tail[-1][:200]})" if tail else "") + ".",
-                      src, [lr.run.id], status=lr.run.status))
+        why = lr.run.error or (
+            "the schedule stopped early" if lr.run.status == "skipped" else "no reason given"
+        )
+        out.append(
+            _f(
+                "run-failed",
+                "warning",
+                f"Run {lr.run.id} {lr.run.status}: {why}"
+                + (f" (last log line: {tail[-1][:200]})" if tail else "")
+                + ".",
+                src,
+                [lr.run.id],
+                status=lr.run.status,
+            )
+        )
     if not src.manifest.complete:
-        out.append(_f("run-failed", "warning", "The bundle has no `complete: true`: the "
-                      "schedule was cut short, so some planned rounds are missing.", src))
+        out.append(
+            _f(
+                "run-failed",
+                "warning",
+                "The bundle has no `complete: true`: the "
+                "schedule was cut short, so some planned rounds are missing.",
+                src,
+            )
+        )
     for (mode, conc), runs in _configs(src).items():
         for side in ("base", "head"):
             n = sum(1 for lr in runs if lr.run.side == side and lr.usable)
             if n < policy.min_failed_rounds:
-                out.append(_f("run-failed", "error", f"{_cfg(mode, conc)} is left with {n} "
-                              f"usable {side} round(s); at least {policy.min_failed_rounds} "
-                              "a side are needed to compare anything.", src,
-                              [lr.run.id for lr in runs if lr.run.side == side],
-                              usable_rounds=n, side=side))
+                out.append(
+                    _f(
+                        "run-failed",
+                        "error",
+                        f"{_cfg(mode, conc)} is left with {n} "
+                        f"usable {side} round(s); at least {policy.min_failed_rounds} "
+                        "a side are needed to compare anything.",
+                        src,
+                        [lr.run.id for lr in runs if lr.run.side == side],
+                        usable_rounds=n,
+                        side=side,
+                    )
+                )
     return out
 
 
@@ -122,26 +183,53 @@ def _environment(src: Source) -> list[Finding]:
     env = src.manifest.environment
     base, head = env.get("base"), env.get("head")
     if not base or not head:
-        return [_f("environment-mismatch", "warning", "The bundle does not record the "
-                   "environment of both sides, so it cannot show they ran alike.", src)] \
-            if src.kind == "bundle" else []
+        return (
+            [
+                _f(
+                    "environment-mismatch",
+                    "warning",
+                    "The bundle does not record the "
+                    "environment of both sides, so it cannot show they ran alike.",
+                    src,
+                )
+            ]
+            if src.kind == "bundle"
+            else []
+        )
     out: list[Finding] = []
     hard = ("gpu_name", "gpu_count", "driver", "cuda", "image", "image_digest")
     diff = [k for k in hard if k in base and k in head and base[k] != head[k]]
     if diff:
-        out.append(_f("environment-mismatch", "error", "Base and head ran on different "
-                      + ", ".join(f"{k} ({base[k]} vs {head[k]})" for k in diff)
-                      + ": the difference may be the machine, not the change.", src,
-                      fields=",".join(diff)))
-    soft = [k for k in sorted(set(base) | set(head))
-            if k not in hard and k != "packages" and base.get(k) != head.get(k)]
+        out.append(
+            _f(
+                "environment-mismatch",
+                "error",
+                "Base and head ran on different "
+                + ", ".join(f"{k} ({base[k]} vs {head[k]})" for k in diff)
+                + ": the difference may be the machine, not the change.",
+                src,
+                fields=",".join(diff),
+            )
+        )
+    soft = [
+        k
+        for k in sorted(set(base) | set(head))
+        if k not in hard and k != "packages" and base.get(k) != head.get(k)
+    ]
     pb, ph = base.get("packages") or {}, head.get("packages") or {}
     pk = sorted(k for k in set(pb) | set(ph) if pb.get(k) != ph.get(k))
     if soft or pk:
         parts = [f"{k} ({base.get(k)} vs {head.get(k)})" for k in soft]
         parts += [f"{k} {pb.get(k)} vs {ph.get(k)}" for k in pk]
-        out.append(_f("environment-mismatch", "warning", "Base and head differ in "
-                      + ", ".join(parts) + ".", src, fields=",".join(soft + pk)))
+        out.append(
+            _f(
+                "environment-mismatch",
+                "warning",
+                "Base and head differ in " + ", ".join(parts) + ".",
+                src,
+                fields=",".join(soft + pk),
+            )
+        )
     return out
 
 
@@ -156,14 +244,23 @@ def _interleaving(src: Source) -> list[Finding]:
         longest = max(len(list(g)) for g in _runs_of(sides))
         if gap > 0.5 or longest > 2:
             seq = "".join("B" if s == "base" else "H" for s in sides)
-            out.append(_f("not-interleaved", "warning", f"{_cfg(mode, conc)} ran {seq} (B = "
-                          "base, H = head): not order-balanced, so drift on the machine can "
-                          "fall on one side.", src, [lr.run.id for lr in runs],
-                          mean_position_gap=round(gap, 3), longest_streak=longest))
+            out.append(
+                _f(
+                    "not-interleaved",
+                    "warning",
+                    f"{_cfg(mode, conc)} ran {seq} (B = "
+                    "base, H = head): not order-balanced, so drift on the machine can "
+                    "fall on one side.",
+                    src,
+                    [lr.run.id for lr in runs],
+                    mean_position_gap=round(gap, 3),
+                    longest_streak=longest,
+                )
+            )
     return out
 
 
-def _runs_of(seq: list[str]) -> Iterator[list[str]]:
+def _runs_of(seq: Sequence[str]) -> Iterator[list[str]]:
     cur: list[str] = []
     for x in seq:
         if cur and cur[-1] != x:
@@ -179,16 +276,31 @@ def _too_few(src: Source, policy: Policy) -> list[Finding]:
     for (mode, conc), runs in _configs(src).items():
         n = {s: sum(1 for lr in runs if lr.run.side == s and lr.usable) for s in ("base", "head")}
         if min(n.values()) >= policy.min_failed_rounds and min(n.values()) < policy.min_rounds:
-            out.append(_f("too-few-samples", "warning", f"{_cfg(mode, conc)} has {n['base']} "
-                          f"base and {n['head']} head rounds; with fewer than "
-                          f"{policy.min_rounds} a side the intervals are wide.", src,
-                          base_rounds=n["base"], head_rounds=n["head"]))
+            out.append(
+                _f(
+                    "too-few-samples",
+                    "warning",
+                    f"{_cfg(mode, conc)} has {n['base']} "
+                    f"base and {n['head']} head rounds; with fewer than "
+                    f"{policy.min_rounds} a side the intervals are wide.",
+                    src,
+                    base_rounds=n["base"],
+                    head_rounds=n["head"],
+                )
+            )
         sizes = [int(lr.records.success.sum()) for lr in runs if lr.records is not None]
         if sizes and min(sizes) < policy.tail_min_samples:
-            out.append(_f("too-few-samples", "warning", f"{_cfg(mode, conc)} measured "
-                          f"{min(sizes)} requests a round; p99 from fewer than "
-                          f"{policy.tail_min_samples} is not reported as a finding.", src,
-                          requests_per_round=min(sizes)))
+            out.append(
+                _f(
+                    "too-few-samples",
+                    "warning",
+                    f"{_cfg(mode, conc)} measured "
+                    f"{min(sizes)} requests a round; p99 from fewer than "
+                    f"{policy.tail_min_samples} is not reported as a finding.",
+                    src,
+                    requests_per_round=min(sizes),
+                )
+            )
     return out
 
 
@@ -196,21 +308,35 @@ def _noisy(src: Source, policy: Policy) -> list[Finding]:
     out: list[Finding] = []
     for (mode, conc), runs in _configs(src).items():
         for side in ("base", "head"):
-            sel = [lr for lr in runs if lr.run.side == side and lr.usable
-                   and lr.metrics.get("throughput_qps")]
+            sel = [
+                lr
+                for lr in runs
+                if lr.run.side == side and lr.usable and lr.metrics.get("throughput_qps")
+            ]
             v = np.array([lr.metrics["throughput_qps"] for lr in sel], dtype=np.float64)
             if v.size < 3:
                 continue
             cv = 100 * float(v.std(ddof=1) / v.mean())
             med = float(np.median(v))
             mad = float(np.median(np.abs(v - med))) * 1.4826
-            outliers = [lr.run.id for lr, x in zip(sel, v, strict=True)
-                        if mad > 0 and abs(x - med) > 3 * mad and abs(x / med - 1) > 0.10]
+            outliers = [
+                lr.run.id
+                for lr, x in zip(sel, v, strict=True)
+                if mad > 0 and abs(x - med) > 3 * mad and abs(x / med - 1) > 0.10
+            ]
             if cv > policy.noisy_cv_pct or outliers:
                 extra = f"; outlying round(s): {', '.join(outliers)}" if outliers else ""
-                out.append(_f("noisy-rounds", "warning", f"{side} throughput at "
-                              f"{_cfg(mode, conc)} varies {cv:.1f}% between rounds (CV){extra}.",
-                              src, outliers or [lr.run.id for lr in sel], cv_pct=round(cv, 2)))
+                out.append(
+                    _f(
+                        "noisy-rounds",
+                        "warning",
+                        f"{side} throughput at "
+                        f"{_cfg(mode, conc)} varies {cv:.1f}% between rounds (CV){extra}.",
+                        src,
+                        outliers or [lr.run.id for lr in sel],
+                        cv_pct=round(cv, 2),
+                    )
+                )
     return out
 
 
@@ -229,9 +355,18 @@ def _low_baseline(src: Source, history: list[HistoryEntry], policy: Policy) -> l
     fp = src.manifest.environment.get("base") or {}
     for (mode, conc), runs in _configs(src).items():
         for metric in ("throughput_qps", "audio_ttfp_p95_s", "latency_p95_s"):
-            hist = np.array([h.value for h in history if h.task == src.manifest.task
-                             and h.gpu == src.gpu and h.mode == mode and h.concurrency == conc
-                             and h.metric == metric and _same_fingerprint(h.fingerprint, fp)])
+            hist = np.array(
+                [
+                    h.value
+                    for h in history
+                    if h.task == src.manifest.task
+                    and h.gpu == src.gpu
+                    and h.mode == mode
+                    and h.concurrency == conc
+                    and h.metric == metric
+                    and _same_fingerprint(h.fingerprint, fp)
+                ]
+            )
             base = [lr.metrics.get(metric) for lr in runs if lr.run.side == "base" and lr.usable]
             vals = np.array([b for b in base if b is not None], dtype=np.float64)
             if hist.size < policy.history_min_points or vals.size == 0:
@@ -244,13 +379,22 @@ def _low_baseline(src: Source, history: list[HistoryEntry], policy: Policy) -> l
             worse = -rel if BY_NAME[metric].better == "higher" else rel
             z = abs(now - mean) / sd if sd > 0 else float("inf")
             if worse * 100 > policy.history_pct and z > policy.history_z:
-                out.append(_f("low-baseline", "warning", f"Base {BY_NAME[metric].label} at "
-                              f"{_cfg(mode, conc)} is {now:.4g}, {abs(rel) * 100:.1f}% worse "
-                              f"than the {kept.size} earlier measurements of main on this "
-                              f"machine fingerprint (mean {mean:.4g}): a gain over a slow "
-                              "base may not be a gain over main.", src,
-                              metric=metric, base=round(now, 6), history_mean=round(mean, 6),
-                              z=round(z, 2) if np.isfinite(z) else None))
+                out.append(
+                    _f(
+                        "low-baseline",
+                        "warning",
+                        f"Base {BY_NAME[metric].label} at "
+                        f"{_cfg(mode, conc)} is {now:.4g}, {abs(rel) * 100:.1f}% worse "
+                        f"than the {kept.size} earlier measurements of main on this "
+                        f"machine fingerprint (mean {mean:.4g}): a gain over a slow "
+                        "base may not be a gain over main.",
+                        src,
+                        metric=metric,
+                        base=round(now, 6),
+                        history_mean=round(mean, 6),
+                        z=round(z, 2) if np.isfinite(z) else None,
+                    )
+                )
     return out
 
 
@@ -262,9 +406,17 @@ def _request_counts(src: Source, lr: LoadedRun) -> list[Finding]:
     want, got = lr.run.requests, lr.records.n
     if want is None or want == got:
         return []
-    return [_f("request-count-mismatch", "error", f"Run {lr.run.id} should have measured "
-               f"{want} requests but its records hold {got}.", src, [lr.run.id],
-               expected=want, found=got)]
+    return [
+        _f(
+            "request-count-mismatch",
+            "error",
+            f"Run {lr.run.id} should have measured {want} requests but its records hold {got}.",
+            src,
+            [lr.run.id],
+            expected=want,
+            found=got,
+        )
+    ]
 
 
 def _duplicates(src: Source, lr: LoadedRun) -> list[Finding]:
@@ -272,18 +424,31 @@ def _duplicates(src: Source, lr: LoadedRun) -> list[Finding]:
     dup = [i for i, n in Counter(lr.records.ids).items() if n > 1]
     if not dup:
         return []
-    return [_f("duplicate-request-id", "error", f"Run {lr.run.id} records {len(dup)} "
-               "request id(s) more than once, so some requests were counted twice or "
-               "others are missing.", src, [lr.run.id], dup, duplicated=len(dup))]
+    return [
+        _f(
+            "duplicate-request-id",
+            "error",
+            f"Run {lr.run.id} records {len(dup)} "
+            "request id(s) more than once, so some requests were counted twice or "
+            "others are missing.",
+            src,
+            [lr.run.id],
+            dup,
+            duplicated=len(dup),
+        )
+    ]
 
 
 # (summary field, recomputed metric, rounding half-step of the summary)
 _OMNI_SUMMARY = (
-    ("latency_mean_s", "latency_mean_s", 5e-4), ("latency_median_s", "latency_median_s", 5e-4),
-    ("latency_p95_s", "latency_p95_s", 5e-4), ("latency_p99_s", "latency_p99_s", 5e-4),
-    ("rtf_mean", "rtf_mean", 5e-5), ("audio_ttfp_median_s", "audio_ttfp_median_s", 5e-5),
-    ("audio_ttfp_p95_s", "audio_ttfp_p95_s", 5e-5), ("inter_chunk_p95_s",
-                                                      "inter_chunk_p95_s", 5e-5),
+    ("latency_mean_s", "latency_mean_s", 5e-4),
+    ("latency_median_s", "latency_median_s", 5e-4),
+    ("latency_p95_s", "latency_p95_s", 5e-4),
+    ("latency_p99_s", "latency_p99_s", 5e-4),
+    ("rtf_mean", "rtf_mean", 5e-5),
+    ("audio_ttfp_median_s", "audio_ttfp_median_s", 5e-5),
+    ("audio_ttfp_p95_s", "audio_ttfp_p95_s", 5e-5),
+    ("inter_chunk_p95_s", "inter_chunk_p95_s", 5e-5),
 )
 _RECORD_ROUNDING = 1e-4  # per-request values are themselves rounded to 4 decimals
 
@@ -294,7 +459,7 @@ def _summary(src: Source, lr: LoadedRun) -> list[Finding]:
     s = rec.summary
     if not s:
         return []
-    bad: dict[str, float | int | str | None] = {}
+    bad: dict[str, Number] = {}
     n_ok, n = int(rec.success.sum()), rec.n
     if rec.fmt == "sglang-omni":
         counts = {"total_requests": n, "completed_requests": n_ok, "failed_requests": n - n_ok}
@@ -302,16 +467,25 @@ def _summary(src: Source, lr: LoadedRun) -> list[Finding]:
             if k in s and s[k] != v:
                 bad[k] = f"{s[k]} vs {v}"
         wall = lr.run.wall_clock_s
-        for key, metric in (("throughput_qps", "throughput_qps"),
-                            ("audio_throughput_s_per_s", "audio_throughput_s_per_s")):
+        for key, metric in (
+            ("throughput_qps", "throughput_qps"),
+            ("audio_throughput_s_per_s", "audio_throughput_s_per_s"),
+        ):
             mine, theirs = lr.metrics.get(metric), s.get(key)
-            if wall and isinstance(theirs, int | float) and mine is not None and \
-                    abs(theirs - mine) > 5e-4 + mine * 1e-3:
+            if (
+                wall
+                and isinstance(theirs, int | float)
+                and mine is not None
+                and abs(theirs - mine) > 5e-4 + mine * 1e-3
+            ):
                 bad[key] = f"{theirs} vs {mine:.4f}"
         for key, metric, half in _OMNI_SUMMARY:
             mine, theirs = lr.metrics.get(metric), s.get(key)
-            if isinstance(theirs, int | float) and mine is not None and \
-                    abs(theirs - mine) > half + _RECORD_ROUNDING + 1e-9:
+            if (
+                isinstance(theirs, int | float)
+                and mine is not None
+                and abs(theirs - mine) > half + _RECORD_ROUNDING + 1e-9
+            ):
                 bad[key] = f"{theirs} vs {mine:.4f}"
     else:
         if isinstance(s.get("completed"), int) and s["completed"] != n_ok:
@@ -321,19 +495,35 @@ def _summary(src: Source, lr: LoadedRun) -> list[Finding]:
         ttft = rec.cols["text_ttft_s"][rec.success] * 1000
         for key, fn in (("mean_ttft_ms", np.mean), ("median_ttft_ms", np.median)):
             theirs = s.get(key)
-            if isinstance(theirs, int | float) and ttft.size and \
-                    abs(theirs - float(fn(ttft))) > 1e-6 * max(1.0, abs(theirs)) + 1e-3:
+            if (
+                isinstance(theirs, int | float)
+                and ttft.size
+                and abs(theirs - float(fn(ttft))) > 1e-6 * max(1.0, abs(theirs)) + 1e-3
+            ):
                 bad[key] = f"{theirs} vs {float(fn(ttft)):.4f}"
         dur, thr = s.get("duration"), s.get("request_throughput")
-        if isinstance(dur, int | float) and isinstance(thr, int | float) and dur > 0 and \
-                abs(thr - n_ok / dur) > 1e-6 * max(1.0, thr):
+        if (
+            isinstance(dur, int | float)
+            and isinstance(thr, int | float)
+            and dur > 0
+            and abs(thr - n_ok / dur) > 1e-6 * max(1.0, thr)
+        ):
             bad["request_throughput"] = f"{thr} vs {n_ok / dur:.4f}"
     out = []
     if bad:
-        out.append(_f("summary-mismatch", "error", f"Run {lr.run.id}'s own summary disagrees "
-                      "with its per-request records beyond rounding: "
-                      + ", ".join(f"{k} {v}" for k, v in bad.items())
-                      + " (summary vs recomputed).", src, [lr.run.id], **bad))
+        out.append(
+            _f(
+                "summary-mismatch",
+                "error",
+                f"Run {lr.run.id}'s own summary disagrees "
+                "with its per-request records beyond rounding: "
+                + ", ".join(f"{k} {v}" for k, v in bad.items())
+                + " (summary vs recomputed).",
+                src,
+                [lr.run.id],
+                numbers=bad,
+            )
+        )
     if lr.wer is not None and lr.wer.summary:
         out += _wer_summary(src, lr)
     return out
@@ -341,9 +531,10 @@ def _summary(src: Source, lr: LoadedRun) -> list[Finding]:
 
 def _wer_summary(src: Source, lr: LoadedRun) -> list[Finding]:
     w = lr.wer
-    assert w is not None and w.summary is not None
+    assert w is not None
+    assert w.summary is not None
     s = w.summary
-    bad: dict[str, float | int | str | None] = {}
+    bad: dict[str, Number] = {}
     ok = int(w.success.sum())
     for k, v in (("total_samples", len(w.ids)), ("evaluated", ok)):
         if isinstance(s.get(k), int) and s[k] != v:
@@ -355,9 +546,19 @@ def _wer_summary(src: Source, lr: LoadedRun) -> list[Finding]:
             bad[k] = f"{theirs} vs {mean:.4f}"
     if not bad:
         return []
-    return [_f("summary-mismatch", "error", f"Run {lr.run.id}'s WER summary disagrees with its "
-               "per-sample rows: " + ", ".join(f"{k} {v}" for k, v in bad.items())
-               + " (summary vs recomputed).", src, [lr.run.id], **bad)]
+    return [
+        _f(
+            "summary-mismatch",
+            "error",
+            f"Run {lr.run.id}'s WER summary disagrees with its "
+            "per-sample rows: "
+            + ", ".join(f"{k} {v}" for k, v in bad.items())
+            + " (summary vs recomputed).",
+            src,
+            [lr.run.id],
+            numbers=bad,
+        )
+    ]
 
 
 def _timing(src: Source, lr: LoadedRun) -> list[Finding]:
@@ -369,8 +570,7 @@ def _timing(src: Source, lr: LoadedRun) -> list[Finding]:
     samples: list[str] = []
     ids = np.array(rec.ids, dtype=object)
     neg = np.zeros(rec.n, dtype=bool)
-    for k in ("latency_s", "engine_latency_s", "audio_ttfp_s", "text_ttft_s",
-              "inter_chunk_min_s"):
+    for k in ("latency_s", "engine_latency_s", "audio_ttfp_s", "text_ttft_s", "inter_chunk_min_s"):
         neg |= np.nan_to_num(c[k], nan=0.0) < 0
     if neg.any():
         problems.append(f"{int(neg.sum())} request(s) with negative times")
@@ -387,18 +587,29 @@ def _timing(src: Source, lr: LoadedRun) -> list[Finding]:
     if wall and lat_ok.size:
         longest = float(lat_ok.max())
         if longest > wall + 1e-3 + tol:
-            problems.append(f"a request took {longest:.3f}s but the run's wall clock is "
-                            f"{wall:.3f}s")
+            problems.append(
+                f"a request took {longest:.3f}s but the run's wall clock is {wall:.3f}s"
+            )
             samples += list(ids[ok & (lat == longest)])
         total = float(lat_ok.sum())
         cap = lr.run.concurrency * wall
         if total > cap * (1 + 1e-3) + tol * lat_ok.size:
-            problems.append(f"the latencies add up to {total:.2f}s, more than concurrency × "
-                            f"wall clock = {cap:.2f}s")
+            problems.append(
+                f"the latencies add up to {total:.2f}s, more than concurrency × "
+                f"wall clock = {cap:.2f}s"
+            )
     if not problems:
         return []
-    return [_f("timing-inconsistent", "error", f"Run {lr.run.id}: " + "; ".join(problems)
-               + " — these records cannot all be true.", src, [lr.run.id], samples)]
+    return [
+        _f(
+            "timing-inconsistent",
+            "error",
+            f"Run {lr.run.id}: " + "; ".join(problems) + " — these records cannot all be true.",
+            src,
+            [lr.run.id],
+            samples,
+        )
+    ]
 
 
 def _first_chunk_at_end(src: Source, lr: LoadedRun, policy: Policy) -> list[Finding]:
@@ -412,19 +623,30 @@ def _first_chunk_at_end(src: Source, lr: LoadedRun, policy: Policy) -> list[Find
         return []
     ids = [i for i, x in zip(rec.ids, late, strict=True) if x]
     i0 = int(np.argmax(late))
-    return [_f("first-chunk-at-end", "warning", f"Run {lr.run.id}: {len(ids)} streamed "
-               f"request(s) got their first audio in the last "
-               f"{100 * (1 - policy.first_chunk_at_end_frac):.0f}% of the request (e.g. "
-               f"{ids[0]}: first audio at {ttfp[i0]:.3f}s of {lat[i0]:.3f}s), which is not "
-               "streaming.", src, [lr.run.id], ids, count=len(ids))]
+    return [
+        _f(
+            "first-chunk-at-end",
+            "warning",
+            f"Run {lr.run.id}: {len(ids)} streamed "
+            f"request(s) got their first audio in the last "
+            f"{100 * (1 - policy.first_chunk_at_end_frac):.0f}% of the request (e.g. "
+            f"{ids[0]}: first audio at {ttfp[i0]:.3f}s of {lat[i0]:.3f}s), which is not "
+            "streaming.",
+            src,
+            [lr.run.id],
+            ids,
+            count=len(ids),
+        )
+    ]
 
 
 # ------------------------------------------------------------------ across sides
 
 
 def _side_ids(runs: list[LoadedRun], side: str) -> set[str]:
-    return {i for lr in runs if lr.run.side == side and lr.records is not None
-            for i in lr.records.ids}
+    return {
+        i for lr in runs if lr.run.side == side and lr.records is not None for i in lr.records.ids
+    }
 
 
 def _sample_sets(src: Source) -> list[Finding]:
@@ -434,11 +656,20 @@ def _sample_sets(src: Source) -> list[Finding]:
         if not b or not h or b == h:
             continue
         only_b, only_h = sorted(b - h), sorted(h - b)
-        out.append(_f("sample-set-mismatch", "error", f"{_cfg(mode, conc)}: base and head "
-                      f"measured different samples ({len(only_b)} only in base, {len(only_h)} "
-                      "only in head), so they did not do the same work.", src,
-                      [lr.run.id for lr in runs], only_b[:5] + only_h[:5],
-                      only_base=len(only_b), only_head=len(only_h)))
+        out.append(
+            _f(
+                "sample-set-mismatch",
+                "error",
+                f"{_cfg(mode, conc)}: base and head "
+                f"measured different samples ({len(only_b)} only in base, {len(only_h)} "
+                "only in head), so they did not do the same work.",
+                src,
+                [lr.run.id for lr in runs],
+                only_b[:5] + only_h[:5],
+                only_base=len(only_b),
+                only_head=len(only_h),
+            )
+        )
     return out
 
 
@@ -448,20 +679,32 @@ def _failed_requests(src: Source, policy: Policy) -> list[Finding]:
         for side in ("base", "head"):
             sel = [lr for lr in runs if lr.run.side == side and lr.records is not None]
             total = sum(lr.records.n for lr in sel if lr.records is not None)
-            errs = {i: e for lr in sel if lr.records is not None
-                    for i, e in lr.records.errors.items()}
-            failed = sum(int((~lr.records.success).sum()) for lr in sel
-                         if lr.records is not None)
+            errs = {
+                i: e for lr in sel if lr.records is not None for i, e in lr.records.errors.items()
+            }
+            failed = sum(int((~lr.records.success).sum()) for lr in sel if lr.records is not None)
             if not failed:
                 continue
             rate = failed / total
             common = Counter(errs.values()).most_common(1)[0][0] if errs else "unknown"
             sev: Severity = "error" if rate > policy.failure_rate_max else "warning"
-            out.append(_f("failed-requests", sev, f"{failed} of {total} {side} requests failed "
-                          f"at {_cfg(mode, conc)} ({100 * rate:.2f}%, guard "
-                          f"{100 * policy.failure_rate_max:.2f}%); most common error: "
-                          f"{common[:200]}.", src, [lr.run.id for lr in sel], sorted(errs),
-                          failed=failed, total=total, rate=round(rate, 6), side=side))
+            out.append(
+                _f(
+                    "failed-requests",
+                    sev,
+                    f"{failed} of {total} {side} requests failed "
+                    f"at {_cfg(mode, conc)} ({100 * rate:.2f}%, guard "
+                    f"{100 * policy.failure_rate_max:.2f}%); most common error: "
+                    f"{common[:200]}.",
+                    src,
+                    [lr.run.id for lr in sel],
+                    sorted(errs),
+                    failed=failed,
+                    total=total,
+                    rate=round(rate, 6),
+                    side=side,
+                )
+            )
     return out
 
 
@@ -477,8 +720,11 @@ def _per_id_means(runs: list[LoadedRun], side: str, col: str) -> dict[str, float
     return {i: sum(v) / len(v) for i, v in acc.items()}
 
 
-_LENGTHS = (("audio_duration_s", "audio seconds"), ("completion_tokens", "output tokens"),
-            ("audio_chunk_count", "audio chunks"))
+_LENGTHS = (
+    ("audio_duration_s", "audio seconds"),
+    ("completion_tokens", "output tokens"),
+    ("audio_chunk_count", "audio chunks"),
+)
 
 
 def _length_shift(src: Source, policy: Policy) -> list[Finding]:
@@ -503,20 +749,32 @@ def _length_shift(src: Source, policy: Policy) -> list[Finding]:
         if worst is not None:
             shift, cfg, p, n = worst
             word = "shorter" if shift < 0 else "longer"
-            out.append(_f("output-length-shift", "error", f"Head produces {word} output for "
-                          f"the same samples: {what} {100 * shift:+.1f}% at {cfg} over {n} "
-                          f"sample ids (Wilcoxon p = {p:.2g}; also at "
-                          f"{', '.join(c for c in configs if c != cfg) or 'no other config'}). "
-                          "A change that does less is not faster.", src,
-                          measure=col, shift_pct=round(100 * shift, 3), p=p, samples_compared=n))
+            out.append(
+                _f(
+                    "output-length-shift",
+                    "error",
+                    f"Head produces {word} output for "
+                    f"the same samples: {what} {100 * shift:+.1f}% at {cfg} over {n} "
+                    f"sample ids (Wilcoxon p = {p:.2g}; also at "
+                    f"{', '.join(c for c in configs if c != cfg) or 'no other config'}). "
+                    "A change that does less is not faster.",
+                    src,
+                    measure=col,
+                    shift_pct=round(100 * shift, 3),
+                    p=p,
+                    samples_compared=n,
+                )
+            )
     return out
 
 
 def _accuracy(src: Source, policy: Policy) -> list[Finding]:
     out: list[Finding] = []
     for (mode, conc), runs in _configs(src).items():
-        per: dict[str, dict[str, list[float]]] = {"base": defaultdict(list),
-                                                  "head": defaultdict(list)}
+        per: dict[str, dict[str, list[float]]] = {
+            "base": defaultdict(list),
+            "head": defaultdict(list),
+        }
         for lr in runs:
             if lr.wer is None or lr.run.status != "ok":
                 continue
@@ -534,10 +792,20 @@ def _accuracy(src: Source, policy: Policy) -> list[Finding]:
             if np.any(d != 0):
                 p = float(stats.wilcoxon(d, alternative="greater").pvalue)
         if hm - bm > policy.wer_increase_max and (p is None or p < policy.alpha):
-            out.append(_f("accuracy-regression", "error", f"WER rose from {100 * bm:.2f}% to "
-                          f"{100 * hm:.2f}% at {_cfg(mode, conc)} ({100 * (hm - bm):+.2f} pp; "
-                          f"guard {100 * policy.wer_increase_max:.2f} pp"
-                          + (f", paired p = {p:.2g}" if p is not None else "") + ").",
-                          src, [lr.run.id for lr in runs], base_wer=round(bm, 6),
-                          head_wer=round(hm, 6), p=p))
+            out.append(
+                _f(
+                    "accuracy-regression",
+                    "error",
+                    f"WER rose from {100 * bm:.2f}% to "
+                    f"{100 * hm:.2f}% at {_cfg(mode, conc)} ({100 * (hm - bm):+.2f} pp; "
+                    f"guard {100 * policy.wer_increase_max:.2f} pp"
+                    + (f", paired p = {p:.2g}" if p is not None else "")
+                    + ").",
+                    src,
+                    [lr.run.id for lr in runs],
+                    base_wer=round(bm, 6),
+                    head_wer=round(hm, 6),
+                    p=p,
+                )
+            )
     return out

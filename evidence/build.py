@@ -71,9 +71,14 @@ def build(inputs: Inputs) -> tuple[Evidence, list[Source]]:
     rows, measured = build_study(sources, policy, claim)
     findings = audit(sources, policy, inputs.history)
     if claim is not None and not measured:
-        findings.append(Finding(code="claim-not-measured", severity="warning",
-                                message=f"The claim's metric {claim.metric} ({claim.mode}) "
-                                "was not measured; request throughput was judged instead."))
+        findings.append(
+            Finding(
+                code="claim-not-measured",
+                severity="warning",
+                message=f"The claim's metric {claim.metric} ({claim.mode}) "
+                "was not measured; request throughput was judged instead.",
+            )
+        )
     findings += _candidate_mismatch(cand, sources)
     verdict, reason = decide(rows, findings)
     claim_result = judge_claim(rows, claim, measured)
@@ -82,26 +87,41 @@ def build(inputs: Inputs) -> tuple[Evidence, list[Source]]:
         v, why = per_gpu(rows, findings, src.gpu)
         claim_gpu = judge_claim([r for r in rows if r.gpu == src.gpu], claim, measured)
         gpus[src.gpu] = GpuResult(
-            verdict=v, reason=why, headline=headline(rows, src.gpu),
+            verdict=v,
+            reason=why,
+            headline=headline(rows, src.gpu),
             claim_status=claim_gpu.status if claim else "none",
             fingerprint=src.manifest.environment,
             startup_s=_side_means(src, "startup_s"),
             peak_vram_mib=_side_means(src, "peak_vram_mib"),
             runner=(src.manifest.runner or {}).get("name"),
-            rounds_per_side=max((r.n_base for r in rows if r.gpu == src.gpu and r.primary),
-                                default=0),
+            rounds_per_side=max(
+                (r.n_base for r in rows if r.gpu == src.gpu and r.primary), default=0
+            ),
             per_request_audit=src.per_request,
         )
     m = sources[0].manifest
     ev = Evidence(
-        verdict=verdict, reason=reason, verification_id=m.verification_id, repo=m.repo,
-        task=m.task, base_sha=m.base.sha, head_sha=m.head.sha, head_repo=m.head.repo,
-        threshold_pct=policy.threshold_pct, gpus=gpus, audit=findings, study=rows,
+        verdict=verdict,
+        reason=reason,
+        verification_id=m.verification_id,
+        repo=m.repo,
+        task=m.task,
+        base_sha=m.base.sha,
+        head_sha=m.head.sha,
+        head_repo=m.head.repo,
+        threshold_pct=policy.threshold_pct,
+        gpus=gpus,
+        audit=findings,
+        study=rows,
         caveats=write_caveats(sources, rows, findings, cand, inputs.attribution),
-        claim=claim_result, rounds=_rounds(sources), links=links(inputs.github_url, sources),
+        claim=claim_result,
+        rounds=_rounds(sources),
+        links=links(inputs.github_url, sources),
         attribution=inputs.attribution,
-        reproduce=reproduce(inputs.github_url, sources,
-                            max((g.rounds_per_side for g in gpus.values()), default=0)),
+        reproduce=reproduce(
+            inputs.github_url, sources, max((g.rounds_per_side for g in gpus.values()), default=0)
+        ),
         candidate=cand.model_dump(mode="json") if cand else None,
         inputs=[s.path for s in sources],
         per_request_audit=all(s.per_request for s in sources),
@@ -119,10 +139,21 @@ def _side_means(src: Source, metric: str) -> dict[str, float | None]:
 
 
 def _rounds(sources: list[Source]) -> list[RoundValue]:
-    return [RoundValue(gpu=s.gpu, mode=lr.run.mode, concurrency=lr.run.concurrency,
-                       side=lr.run.side, round=lr.run.round, order=lr.order, run_id=lr.run.id,
-                       throughput_qps=lr.metrics.get("throughput_qps"), status=lr.run.status)
-            for s in sources for lr in s.runs]
+    return [
+        RoundValue(
+            gpu=s.gpu,
+            mode=lr.run.mode,
+            concurrency=lr.run.concurrency,
+            side=lr.run.side,
+            round=lr.run.round,
+            order=lr.order,
+            run_id=lr.run.id,
+            throughput_qps=lr.metrics.get("throughput_qps"),
+            status=lr.run.status,
+        )
+        for s in sources
+        for lr in s.runs
+    ]
 
 
 def _candidate_mismatch(cand: Candidate | None, sources: list[Source]) -> list[Finding]:
@@ -134,14 +165,27 @@ def _candidate_mismatch(cand: Candidate | None, sources: list[Source]) -> list[F
         m = s.manifest
         if s.kind != "bundle":
             continue
-        wrong = [(k, a, b) for k, a, b in (("repo", cand.repo, m.repo),
-                                           ("base", cand.base_sha, m.base.sha),
-                                           ("head", cand.head.sha, m.head.sha)) if a != b]
+        wrong = [
+            (k, a, b)
+            for k, a, b in (
+                ("repo", cand.repo, m.repo),
+                ("base", cand.base_sha, m.base.sha),
+                ("head", cand.head.sha, m.head.sha),
+            )
+            if a != b
+        ]
         if wrong:
-            out.append(Finding(code="bundle-invalid", severity="error", gpu=s.gpu,
-                               message=f"{s.path} measured a different change than the "
-                               "candidate: " + ", ".join(f"{k} {b} (candidate: {a})"
-                                                          for k, a, b in wrong) + "."))
+            out.append(
+                Finding(
+                    code="bundle-invalid",
+                    severity="error",
+                    gpu=s.gpu,
+                    message=f"{s.path} measured a different change than the "
+                    "candidate: "
+                    + ", ".join(f"{k} {b} (candidate: {a})" for k, a, b in wrong)
+                    + ".",
+                )
+            )
     return out
 
 
@@ -159,5 +203,8 @@ def write(ev: Evidence, sources: list[Source], out: Path, public_url: str | None
     (out / "pr-body.md").write_text(render_pr_section(ev, report_url), encoding="utf-8")
     (out / "report.html").write_text(render_report(ev, out), encoding="utf-8")
     (out / "evidence.json").write_bytes(
-        orjson.dumps(ev.model_dump(mode="json", by_alias=True),
-                     option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+        orjson.dumps(
+            ev.model_dump(mode="json", by_alias=True),
+            option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY,
+        )
+    )

@@ -11,8 +11,10 @@ def _fmt_rows(rows: list[StudyRow]) -> list[str]:
     for r in rows:
         mode = "streaming" if r.mode == "streaming" else r.mode
         word = "rose" if (r.delta_pct or 0) > 0 else "fell"
-        out.append(f"{r.gpu} {mode} {r.label} at c={r.concurrency} {word} "
-                   f"{abs(r.delta_pct or 0):.1f}% [{r.ci_low_pct:+.1f}%, {r.ci_high_pct:+.1f}%].")
+        out.append(
+            f"{r.gpu} {mode} {r.label} at c={r.concurrency} {word} "
+            f"{abs(r.delta_pct or 0):.1f}% [{r.ci_low_pct:+.1f}%, {r.ci_high_pct:+.1f}%]."
+        )
     return out
 
 
@@ -28,26 +30,36 @@ def write_caveats(
         if f.severity == "error":
             out.append(f"Audit error ({f.code}): {f.message}")
     # Secondary rows that regressed are a cost even when the primary figure improved.
-    regress = [r for r in rows if not r.primary and r.verdict == "regressed"
-               and r.metric not in ("startup_s", "peak_vram_mib")]
+    regress = [
+        r
+        for r in rows
+        if not r.primary
+        and r.verdict == "regressed"
+        and r.metric not in ("startup_s", "peak_vram_mib")
+    ]
     out += _fmt_rows(regress)
     for metric, what in (("startup_s", "Server start-up"), ("peak_vram_mib", "Peak VRAM")):
         changed = [r for r in rows if r.metric == metric and r.verdict == "regressed"]
         if changed:
             r = max(changed, key=lambda x: x.delta_pct or 0)
             unit = "s" if metric == "startup_s" else " MiB"
-            out.append(f"{what} grew {r.delta_pct:+.1f}% on {r.gpu} ({r.base:.4g}{unit} → "
-                       f"{r.head:.4g}{unit}).")
+            out.append(
+                f"{what} grew {r.delta_pct:+.1f}% on {r.gpu} ({r.base:.4g}{unit} → "
+                f"{r.head:.4g}{unit})."
+            )
     for f in findings:
         if f.code in ("low-baseline", "environment-mismatch") and f.severity == "warning":
             out.append(f.message)
     if any(not s.per_request for s in sources):
-        out.append("Part of this evidence has per-run aggregates only: no per-request audit "
-                   "was possible for it.")
+        out.append(
+            "Part of this evidence has per-run aggregates only: no per-request audit "
+            "was possible for it."
+        )
     if candidate is not None:
         out += [f"Declared by the candidate: {c}" for c in candidate.caveats]
-        changes = [c for c in candidate.default_behavior_changes
-                   if not c.lower().startswith("none")]
+        changes = [
+            c for c in candidate.default_behavior_changes if not c.lower().startswith("none")
+        ]
         out += [f"Default behaviour changes: {c}" for c in changes]
     if attribution:
         prs = ", ".join(f"#{a.number} ({a.title})" for a in attribution)

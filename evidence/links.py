@@ -8,8 +8,9 @@ from evidence.load import Source
 from evidence.model import Link, Reproduce
 
 
-def compare_url(github_url: str, repo: str, base: str, head: str,
-                head_repo: str | None = None) -> str:
+def compare_url(
+    github_url: str, repo: str, base: str, head: str, head_repo: str | None = None
+) -> str:
     """`compare/BASE...HEAD`; a fork's head is written `owner:sha` as GitHub expects."""
     root = github_url.rstrip("/")
     if head_repo and head_repo != repo:
@@ -24,12 +25,15 @@ def links(github_url: str, sources: list[Source]) -> list[Link]:
     if not m.base.sha or not m.head.sha or "/" not in m.repo:
         return []
     root = github_url.rstrip("/")
-    out = [Link(label="compare base...head",
-                url=compare_url(github_url, m.repo, m.base.sha, m.head.sha, m.head.repo)),
-           Link(label=f"base {m.base.sha[:10]}", url=f"{root}/{m.repo}/commit/{m.base.sha}")]
+    out = [
+        Link(
+            label="compare base...head",
+            url=compare_url(github_url, m.repo, m.base.sha, m.head.sha, m.head.repo),
+        ),
+        Link(label=f"base {m.base.sha[:10]}", url=f"{root}/{m.repo}/commit/{m.base.sha}"),
+    ]
     head_repo = m.head.repo or m.repo
-    out.append(Link(label=f"head {m.head.sha[:10]}",
-                    url=f"{root}/{head_repo}/commit/{m.head.sha}"))
+    out.append(Link(label=f"head {m.head.sha[:10]}", url=f"{root}/{head_repo}/commit/{m.head.sha}"))
     return out
 
 
@@ -42,9 +46,17 @@ def reproduce(github_url: str, sources: list[Source], rounds: int) -> Reproduce 
     env = m.environment.get("head") or m.environment.get("base") or {}
     head_repo = m.head.repo or m.repo
     root = github_url.rstrip("/")
-    cmd = (f"rsi-runner verify --repo {root}/{m.repo} --base {m.base.sha} "
-           f"--head-repo {root}/{head_repo} --head {m.head.sha} --task {m.task} "
-           f"--gpu {gpus[0].lower()} --rounds {rounds} --modes {','.join(modes)} --out bundle")
-    return Reproduce(command=cmd, base_sha=m.base.sha, head_sha=m.head.sha,
-                     head_repo=m.head.repo, image=env.get("image"),
-                     image_digest=env.get("image_digest"), gpus=gpus)
+    cmd = (
+        f"rsi-runner verify --repo {root}/{m.repo} --base {m.base.sha} "
+        f"--head-repo {root}/{head_repo} --head {m.head.sha} --task {m.task} "
+        f"--gpu {gpus[0].lower()} --rounds {rounds} --modes {','.join(modes)} --out bundle"
+    )
+    return Reproduce(
+        command=cmd,
+        base_sha=m.base.sha,
+        head_sha=m.head.sha,
+        head_repo=m.head.repo,
+        image=env.get("image"),
+        image_digest=env.get("image_digest"),
+        gpus=gpus,
+    )

@@ -97,8 +97,13 @@ def _load_bundle(bundle: Bundle, where: str) -> Source:
     seen: set[str] = set()
     for order, run in enumerate(manifest.runs):
         if run.id in seen:
-            src.findings.append(_invalid(gpu, run.id, f"run id {run.id!r} appears twice in the "
-                                         "manifest; only the first is used"))
+            src.findings.append(
+                _invalid(
+                    gpu,
+                    run.id,
+                    f"run id {run.id!r} appears twice in the manifest; only the first is used",
+                )
+            )
             continue
         seen.add(run.id)
         src.runs.append(_load_run(bundle, where, gpu, run, order, src.findings))
@@ -106,8 +111,7 @@ def _load_bundle(bundle: Bundle, where: str) -> Source:
 
 
 def _invalid(gpu: str, run_id: str, message: str) -> Finding:
-    return Finding(code="bundle-invalid", severity="error", message=message, gpu=gpu,
-                   runs=[run_id])
+    return Finding(code="bundle-invalid", severity="error", message=message, gpu=gpu, runs=[run_id])
 
 
 def _load_run(
@@ -125,8 +129,13 @@ def _load_run(
         try:
             data = bundle.read(rel)
         except FileNotFoundError:
-            findings.append(_invalid(gpu, run.id, f"run {run.id} is `ok` but its {kind} file "
-                                     f"{rel} is missing from {where}"))
+            findings.append(
+                _invalid(
+                    gpu,
+                    run.id,
+                    f"run {run.id} is `ok` but its {kind} file {rel} is missing from {where}",
+                )
+            )
             continue
         except (ValueError, OSError) as exc:
             findings.append(_invalid(gpu, run.id, f"{where}/{rel}: {exc}"))
@@ -139,8 +148,9 @@ def _load_run(
             else:
                 lr.server = parse_server(data)
         except RecordError as exc:
-            findings.append(_invalid(gpu, run.id, f"{where}/{rel} is not a readable {kind} "
-                                     f"file: {exc}"))
+            findings.append(
+                _invalid(gpu, run.id, f"{where}/{rel} is not a readable {kind} file: {exc}")
+            )
     lr.metrics = run_metrics(lr.records, run.wall_clock_s, lr.server, lr.wer)
     return lr
 
@@ -165,8 +175,9 @@ def load_per_run_study(path: Path) -> Source:
     mode = "unspecified"
     if isinstance(bench.get("stream"), bool):
         mode = "streaming" if bench["stream"] else "non-streaming"
-    repo = _repo_from(doc.get("pull_request") or (contract or {}).get("source", {}).get(
-        "repository", ""))
+    repo = _repo_from(
+        doc.get("pull_request") or (contract or {}).get("source", {}).get("repository", "")
+    )
     gpu = gpu_label(str(doc.get("hardware") or "unknown"))
     loaded: list[LoadedRun] = []
     for order, row in enumerate(runs):
@@ -175,13 +186,21 @@ def load_per_run_study(path: Path) -> Source:
             conc = int(row["concurrency"])
             rnd = int(row["round"])
         except (KeyError, TypeError, ValueError) as exc:
-            raise InputError(str(path), f"runs[{order}] lacks revision/concurrency/round "
-                             f"({exc})") from exc
-        run = Run.model_validate({
-            "id": f"{side}-c{conc}-r{rnd}", "side": side, "round": rnd, "mode": mode,
-            "concurrency": conc, "requests": doc.get("samples_per_run"), "status": "ok",
-            "physical_gpu_id": row.get("physical_gpu_id"),
-        })
+            raise InputError(
+                str(path), f"runs[{order}] lacks revision/concurrency/round ({exc})"
+            ) from exc
+        run = Run.model_validate(
+            {
+                "id": f"{side}-c{conc}-r{rnd}",
+                "side": side,
+                "round": rnd,
+                "mode": mode,
+                "concurrency": conc,
+                "requests": doc.get("samples_per_run"),
+                "status": "ok",
+                "physical_gpu_id": row.get("physical_gpu_id"),
+            }
+        )
         metrics: dict[str, float | None] = {
             k: (float(row[k]) if isinstance(row.get(k), int | float) else None)
             for k in _PER_RUN_METRICS
@@ -189,32 +208,40 @@ def load_per_run_study(path: Path) -> Source:
         if isinstance(row.get("latency_mean_s"), int | float):
             metrics["latency_mean_s"] = float(row["latency_mean_s"])
         loaded.append(LoadedRun(run=run, order=order, metrics=metrics))
-    manifest = Manifest.model_validate({
-        "schema": "rsi-bundle/1",
-        "verification_id": str(doc.get("run_id") or path.stem),
-        "repo": repo,
-        "task": str(bench.get("model") or "unknown"),
-        "base": Commit(sha=str(doc.get("base_commit") or "")),
-        "head": Commit(sha=str(doc.get("candidate_commit") or "")),
-        "gpu": gpu,
-        "environment": _per_run_environment(contract),
-        "runs": [lr.run.model_dump(by_alias=True) for lr in loaded],
-        "complete": str(doc.get("status", "")).upper() == "COMPLETE",
-    })
+    manifest = Manifest.model_validate(
+        {
+            "schema": "rsi-bundle/1",
+            "verification_id": str(doc.get("run_id") or path.stem),
+            "repo": repo,
+            "task": str(bench.get("model") or "unknown"),
+            "base": Commit(sha=str(doc.get("base_commit") or "")),
+            "head": Commit(sha=str(doc.get("candidate_commit") or "")),
+            "gpu": gpu,
+            "environment": _per_run_environment(contract),
+            "runs": [lr.run.model_dump(by_alias=True) for lr in loaded],
+            "complete": str(doc.get("status", "")).upper() == "COMPLETE",
+        }
+    )
     src = Source(str(path), "per-run", manifest, gpu, loaded)
-    src.findings.append(Finding(
-        code="no-per-request-records", severity="info", gpu=gpu,
-        message="This study has per-run aggregates only, so no per-request audit was "
-                "possible: counts, timings, output lengths and sample sets are unchecked.",
-    ))
+    src.findings.append(
+        Finding(
+            code="no-per-request-records",
+            severity="info",
+            gpu=gpu,
+            message="This study has per-run aggregates only, so no per-request audit was "
+            "possible: counts, timings, output lengths and sample sets are unchecked.",
+        )
+    )
     return src
 
 
 def _sibling_contract(path: Path) -> dict[str, Any] | None:
     """`<x>.results-summary.json` → `<x>.contract.json`, or `contract.json` beside it."""
     name = path.name
-    candidates = [path.with_name(name.replace("results-summary", "contract")),
-                  path.with_name("contract.json")]
+    candidates = [
+        path.with_name(name.replace("results-summary", "contract")),
+        path.with_name("contract.json"),
+    ]
     for c in candidates:
         if c != path and c.is_file():
             try:
@@ -230,8 +257,11 @@ def _per_run_environment(contract: dict[str, Any] | None) -> dict[str, dict[str,
         return {}
     rt = contract.get("runtime", {})
     hw = contract.get("hardware", {})
-    env = {"gpu_name": hw.get("gpu_model"), "image": rt.get("image"),
-           "image_digest": rt.get("image_id")}
+    env = {
+        "gpu_name": hw.get("gpu_model"),
+        "image": rt.get("image"),
+        "image_digest": rt.get("image_id"),
+    }
     return {"base": dict(env), "head": dict(env)}
 
 

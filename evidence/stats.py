@@ -76,10 +76,19 @@ def compare(
             hi_abs=None,
         )
     ref = float(base.mean())
-    rel = (lambda v: None if v is None or ref == 0 else v / ref)
+
+    def rel(v: float | None) -> float | None:
+        return None if v is None or ref == 0 else v / ref
+
     return Comparison(
-        delta=rel(d), lo=rel(lo), hi=rel(hi), p=p, mde=rel(mde),
-        delta_abs=d, lo_abs=lo, hi_abs=hi,
+        delta=rel(d),
+        lo=rel(lo),
+        hi=rel(hi),
+        p=p,
+        mde=rel(mde),
+        delta_abs=d,
+        lo_abs=lo,
+        hi_abs=hi,
     )
 
 

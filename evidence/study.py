@@ -32,7 +32,8 @@ class Cell:
 
 def cells(sources: list[Source]) -> dict[ConfigKey, Cell]:
     by_key: dict[ConfigKey, dict[str, list[LoadedRun]]] = defaultdict(
-        lambda: {"base": [], "head": []})
+        lambda: {"base": [], "head": []}
+    )
     reqs: dict[ConfigKey, list[int]] = defaultdict(list)
     for src in sources:
         for lr in src.runs:
@@ -94,19 +95,34 @@ def build_study(
                 continue
             c = compare(b, h, metric.scale, policy.alpha, policy.power)
             note = None
-            tail_short = metric.tail is not None and cell.requests_per_round * (
-                1 - metric.tail / 100) < 1
+            tail_short = (
+                metric.tail is not None and cell.requests_per_round * (1 - metric.tail / 100) < 1
+            )
             if tail_short:
-                note = (f"p{metric.tail:g} from {cell.requests_per_round} requests a round is "
-                        "not a finding (tails need samples)")
+                note = (
+                    f"p{metric.tail:g} from {cell.requests_per_round} requests a round is "
+                    "not a finding (tails need samples)"
+                )
             row = StudyRow(
-                gpu=gpu, mode=mode, concurrency=conc, metric=metric.name, label=metric.label,
-                unit=metric.unit, better=metric.better,
-                base=float(np.nanmean(b)), head=float(np.nanmean(h)),
-                n_base=int(np.isfinite(b).sum()), n_head=int(np.isfinite(h).sum()),
-                delta_pct=_pct(c.delta), ci_low_pct=_pct(c.lo), ci_high_pct=_pct(c.hi),
-                delta_abs=c.delta_abs, ci_low_abs=c.lo_abs, ci_high_abs=c.hi_abs,
-                p_value=c.p, mde_pct=_pct(c.mde),
+                gpu=gpu,
+                mode=mode,
+                concurrency=conc,
+                metric=metric.name,
+                label=metric.label,
+                unit=metric.unit,
+                better=metric.better,
+                base=float(np.nanmean(b)),
+                head=float(np.nanmean(h)),
+                n_base=int(np.isfinite(b).sum()),
+                n_head=int(np.isfinite(h).sum()),
+                delta_pct=_pct(c.delta),
+                ci_low_pct=_pct(c.lo),
+                ci_high_pct=_pct(c.hi),
+                delta_abs=c.delta_abs,
+                ci_low_abs=c.lo_abs,
+                ci_high_abs=c.hi_abs,
+                p_value=c.p,
+                mde_pct=_pct(c.mde),
                 verdict="no-change" if tail_short else _verdict(metric, c, c.p, policy),
                 primary=metric.name == pmetric and (pmode is None or mode == pmode),
                 guard=policy.guard_pct(metric.name) is not None,
@@ -135,8 +151,10 @@ def _correct_primary(rows: list[StudyRow], comps: list[Comparison], policy: Poli
             continue
         new = _verdict(BY_NAME[row.metric], comps[i], p_adj, policy)
         if new != row.verdict and len(idx) > 1:
-            row.note = (f"not significant after Holm correction over {len(idx)} primary rows "
-                        f"(adjusted p = {p_adj:.3g})")
+            row.note = (
+                f"not significant after Holm correction over {len(idx)} primary rows "
+                f"(adjusted p = {p_adj:.3g})"
+            )
         row.verdict = new
 
 

@@ -27,8 +27,9 @@ def decide(rows: list[StudyRow], findings: list[Finding]) -> tuple[Overall, str]
     guards = [r for r in rows if r.guard_failed]
     if guards:
         g = guards[0]
-        return "regressed", (f"{_where(g)}: guard {g.label} rose {g.delta_pct:+.1f}%, past its "
-                             "threshold")
+        return "regressed", (
+            f"{_where(g)}: guard {g.label} rose {g.delta_pct:+.1f}%, past its threshold"
+        )
     imp = [r for r in rows if r.primary and r.verdict == "improved"]
     if imp:
         best = max(imp, key=lambda r: abs(r.delta_pct or 0))
@@ -50,8 +51,7 @@ def r_label(r: StudyRow) -> str:
 
 
 def per_gpu(rows: list[StudyRow], findings: list[Finding], gpu: str) -> tuple[Overall, str]:
-    return decide([r for r in rows if r.gpu == gpu],
-                  [f for f in findings if f.gpu in (gpu, None)])
+    return decide([r for r in rows if r.gpu == gpu], [f for f in findings if f.gpu in (gpu, None)])
 
 
 def headline(rows: list[StudyRow], gpu: str) -> Headline | None:
@@ -61,9 +61,15 @@ def headline(rows: list[StudyRow], gpu: str) -> Headline | None:
         return None
     ranked = sorted(prim, key=lambda r: (r.verdict == "no-change", -abs(r.delta_pct or 0)))
     r = ranked[0]
-    return Headline(metric=r.metric, mode=r.mode, concurrency=r.concurrency,
-                    delta_pct=r.delta_pct, ci_low_pct=r.ci_low_pct, ci_high_pct=r.ci_high_pct,
-                    verdict=r.verdict)
+    return Headline(
+        metric=r.metric,
+        mode=r.mode,
+        concurrency=r.concurrency,
+        delta_pct=r.delta_pct,
+        ci_low_pct=r.ci_low_pct,
+        ci_high_pct=r.ci_high_pct,
+        verdict=r.verdict,
+    )
 
 
 def _row_status(r: StudyRow, claimed: float) -> ClaimStatus:
@@ -78,39 +84,71 @@ def _row_status(r: StudyRow, claimed: float) -> ClaimStatus:
 
 def judge_claim(rows: list[StudyRow], claim: ClaimSpec | None, measured: bool) -> ClaimResult:
     if claim is None:
-        return ClaimResult(status="none", message="No claim was made; the study judges request "
-                           "throughput everywhere.")
+        return ClaimResult(
+            status="none",
+            message="No claim was made; the study judges request throughput everywhere.",
+        )
     metric = canonical(claim.metric)
     label = BY_NAME[metric].label if metric in BY_NAME else metric
-    base = ClaimResult(status="not-reproduced", message="", metric=metric, mode=claim.mode,
-                       gpu=claim.gpu, claimed_delta_pct=claim.delta_pct)
+    base = ClaimResult(
+        status="not-reproduced",
+        message="",
+        metric=metric,
+        mode=claim.mode,
+        gpu=claim.gpu,
+        claimed_delta_pct=claim.delta_pct,
+    )
     if not measured:
-        base.message = (f"The claim ({label} {claim.delta_pct:+.1f}%, {claim.mode}) was not "
-                        "measured by this verification, so it is not reproduced.")
+        base.message = (
+            f"The claim ({label} {claim.delta_pct:+.1f}%, {claim.mode}) was not "
+            "measured by this verification, so it is not reproduced."
+        )
         return base
-    sel = [r for r in rows if r.metric == metric and r.primary
-           and (claim.concurrency is None or r.concurrency == claim.concurrency)]
+    sel = [
+        r
+        for r in rows
+        if r.metric == metric
+        and r.primary
+        and (claim.concurrency is None or r.concurrency == claim.concurrency)
+    ]
     on_gpu = [r for r in sel if claim.gpu and r.gpu == claim.gpu]
     sel = on_gpu or sel
-    base.rows = [ClaimRowResult(gpu=r.gpu, concurrency=r.concurrency,
-                                status=_row_status(r, claim.delta_pct), delta_pct=r.delta_pct,
-                                ci_low_pct=r.ci_low_pct, ci_high_pct=r.ci_high_pct)
-                 for r in sel]
+    base.rows = [
+        ClaimRowResult(
+            gpu=r.gpu,
+            concurrency=r.concurrency,
+            status=_row_status(r, claim.delta_pct),
+            delta_pct=r.delta_pct,
+            ci_low_pct=r.ci_low_pct,
+            ci_high_pct=r.ci_high_pct,
+        )
+        for r in sel
+    ]
     statuses = {c.status for c in base.rows}
     if statuses and statuses <= {"confirmed"}:
         base.status = "confirmed"
     elif statuses & {"confirmed", "weakened"}:
         base.status = "weakened"
-    where = f" on {claim.gpu}" if on_gpu else (
-        f" (claimed on {claim.gpu}, measured on {', '.join(sorted({r.gpu for r in sel}))})"
-        if claim.gpu else "")
+    where = (
+        f" on {claim.gpu}"
+        if on_gpu
+        else (
+            f" (claimed on {claim.gpu}, measured on {', '.join(sorted({r.gpu for r in sel}))})"
+            if claim.gpu
+            else ""
+        )
+    )
     ranges = "; ".join(
         f"c={c.concurrency} {c.gpu}: {_fmt(c.delta_pct)} [{_fmt(c.ci_low_pct)}, "
-        f"{_fmt(c.ci_high_pct)}] {c.status}" for c in base.rows)
-    verb = {"confirmed": "holds", "weakened": "is weakened",
-            "not-reproduced": "is not reproduced"}[base.status]
-    base.message = (f"The claim of {label} {claim.delta_pct:+.1f}% ({claim.mode}) {verb}"
-                    f"{where}: {ranges}.")
+        f"{_fmt(c.ci_high_pct)}] {c.status}"
+        for c in base.rows
+    )
+    verb = {"confirmed": "holds", "weakened": "is weakened", "not-reproduced": "is not reproduced"}[
+        base.status
+    ]
+    base.message = (
+        f"The claim of {label} {claim.delta_pct:+.1f}% ({claim.mode}) {verb}{where}: {ranges}."
+    )
     return base
 
 

@@ -12,8 +12,9 @@ from evidence.synth import SynthSpec, summarize, write_bundle
 
 Row = dict[str, Any]
 
-CLEAN = SynthSpec(modes=("non-streaming", "streaming"), concurrencies=(8,), rounds=4,
-                  requests=120, seed=3)
+CLEAN = SynthSpec(
+    modes=("non-streaming", "streaming"), concurrencies=(8,), rounds=4, requests=120, seed=3
+)
 
 
 def clean_bundle(path: Path, **changes: Any) -> Path:
@@ -37,12 +38,19 @@ def edit_manifest(bundle: Path, fn: Callable[[dict[str, Any]], None]) -> None:
 
 
 def run_ids(bundle: Path, side: str | None = None, mode: str | None = None) -> list[str]:
-    return [r["id"] for r in manifest(bundle)["runs"]
-            if (side is None or r["side"] == side) and (mode is None or r["mode"] == mode)]
+    return [
+        r["id"]
+        for r in manifest(bundle)["runs"]
+        if (side is None or r["side"] == side) and (mode is None or r["mode"] == mode)
+    ]
 
 
-def edit_run(bundle: Path, run_id: str, fn: Callable[[list[Row], dict[str, Any]], None],
-             resummarize: bool = True) -> None:
+def edit_run(
+    bundle: Path,
+    run_id: str,
+    fn: Callable[[list[Row], dict[str, Any]], None],
+    resummarize: bool = True,
+) -> None:
     """Apply `fn(rows, manifest_run)` and rewrite the summary as the benchmark would."""
     doc = manifest(bundle)
     run = next(r for r in doc["runs"] if r["id"] == run_id)

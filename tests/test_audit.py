@@ -53,8 +53,9 @@ def test_bundle_invalid_when_an_ok_runs_file_is_missing(bundle: Path) -> None:
 
 def test_bundle_invalid_when_a_speed_file_is_malformed(bundle: Path) -> None:
     rid = run_ids(bundle, "base")[1]
-    (bundle / "runs" / rid / "speed_results.json").write_text('{"per_request": [{"id": "x", '
-                                                              '"latency_s": "fast"}]}')
+    (bundle / "runs" / rid / "speed_results.json").write_text(
+        '{"per_request": [{"id": "x", "latency_s": "fast"}]}'
+    )
     fs = findings(bundle)
     assert {f.code for f in fs if f.severity == "error"} == {"bundle-invalid"}
     assert "latency_s" in fs[0].message
@@ -65,8 +66,11 @@ def test_run_failed_is_a_warning_while_two_rounds_remain(bundle: Path) -> None:
 
     def fail(doc: dict[str, Any]) -> None:
         run = next(r for r in doc["runs"] if r["id"] == rid)
-        run.update(status="failed", error="server crashed mid-round",
-                   log_tail="torch.OutOfMemoryError: CUDA out of memory")
+        run.update(
+            status="failed",
+            error="server crashed mid-round",
+            log_tail="torch.OutOfMemoryError: CUDA out of memory",
+        )
 
     edit_manifest(bundle, fail)
     fs = findings(bundle)
@@ -97,8 +101,9 @@ def test_incomplete_bundle_is_reported(bundle: Path) -> None:
 
 def test_request_count_mismatch(bundle: Path) -> None:
     rid = run_ids(bundle)[2]
-    edit_manifest(bundle, lambda d: next(r for r in d["runs"] if r["id"] == rid).update(
-        requests=128))
+    edit_manifest(
+        bundle, lambda d: next(r for r in d["runs"] if r["id"] == rid).update(requests=128)
+    )
     fs = findings(bundle)
     assert codes(fs) == {("request-count-mismatch", "error")}
     assert fs[0].numbers == {"expected": 128, "found": 120}
@@ -120,10 +125,15 @@ def test_duplicate_request_id(bundle: Path) -> None:
     assert fs[0].runs == [rid]
 
 
-@pytest.mark.parametrize(("field", "delta"), [("throughput_qps", 0.01),
-                                               ("latency_p95_s", 0.002),
-                                               ("completed_requests", 1),
-                                               ("audio_ttfp_p95_s", 0.001)])
+@pytest.mark.parametrize(
+    ("field", "delta"),
+    [
+        ("throughput_qps", 0.01),
+        ("latency_p95_s", 0.002),
+        ("completed_requests", 1),
+        ("audio_ttfp_p95_s", 0.001),
+    ],
+)
 def test_summary_mismatch(bundle: Path, field: str, delta: float) -> None:
     rid = run_ids(bundle, "head", "streaming")[1]
     speed = orjson.loads((bundle / "runs" / rid / "speed_results.json").read_bytes())
@@ -139,8 +149,12 @@ def test_summary_within_rounding_is_accepted(bundle: Path) -> None:
     lat = np.array([r["latency_s"] for r in speed["per_request"]])
     wall = next(r["wall_clock_s"] for r in manifest(bundle)["runs"] if r["id"] == rid)
     # Anywhere within half a unit of the summary's last decimal is the same figure.
-    edit_summary(bundle, rid, throughput_qps=len(lat) / wall + 0.00049,
-                 latency_p95_s=float(np.percentile(lat, 95)) - 0.00049)
+    edit_summary(
+        bundle,
+        rid,
+        throughput_qps=len(lat) / wall + 0.00049,
+        latency_p95_s=float(np.percentile(lat, 95)) - 0.00049,
+    )
     assert findings(bundle) == []
 
 
@@ -194,9 +208,12 @@ def test_first_chunk_at_end_flags_moss_realtime_sample_five(bundle: Path) -> Non
     def plant(rows: list[Row], run: dict[str, Any]) -> None:
         for row, s in zip(rows, real["native"]["samples"], strict=False):
             chunks = max(1, int(s["audio_s"] / 0.48))
-            row.update(latency_s=round(s["latency_s"], 4), audio_ttfp_s=round(s["ttfa_s"], 4),
-                       rtf=round(s["rtf"], 4),
-                       inter_chunk_s=[round((s["latency_s"] - s["ttfa_s"]) / chunks, 4)] * chunks)
+            row.update(
+                latency_s=round(s["latency_s"], 4),
+                audio_ttfp_s=round(s["ttfa_s"], 4),
+                rtf=round(s["rtf"], 4),
+                inter_chunk_s=[round((s["latency_s"] - s["ttfa_s"]) / chunks, 4)] * chunks,
+            )
         flagged.append(rows[4]["id"])
         run["wall_clock_s"] = round(sum(r["latency_s"] for r in rows) / 8 * 1.05, 3)
 
@@ -269,13 +286,23 @@ def test_noisy_rounds(tmp_path: Path) -> None:
 def _history(bundle: Path, factor: float) -> list[HistoryEntry]:
     m = manifest(bundle)
     ev, _ = build(Inputs(bundles=[bundle]))
-    base = next(r.base for r in ev.study if r.metric == "throughput_qps"
-                and r.mode == "non-streaming")
+    base = next(
+        r.base for r in ev.study if r.metric == "throughput_qps" and r.mode == "non-streaming"
+    )
     assert base is not None
-    return [HistoryEntry(task=m["task"], gpu="H200", mode="non-streaming", concurrency=8,
-                         metric="throughput_qps", value=base * factor * (1 + 0.005 * k),
-                         sha=f"{k:040x}", fingerprint=m["environment"]["base"])
-            for k in range(-3, 4)]
+    return [
+        HistoryEntry(
+            task=m["task"],
+            gpu="H200",
+            mode="non-streaming",
+            concurrency=8,
+            metric="throughput_qps",
+            value=base * factor * (1 + 0.005 * k),
+            sha=f"{k:040x}",
+            fingerprint=m["environment"]["base"],
+        )
+        for k in range(-3, 4)
+    ]
 
 
 def test_low_baseline(bundle: Path) -> None:

@@ -38,27 +38,45 @@ ROUNDS = 5
 Z99 = 2.326
 
 
-def _source(gpu: str, configs: list[tuple[Mode, int]], rng: np.random.Generator,
-            effect: float) -> Source:
+def _source(
+    gpu: str, configs: list[tuple[Mode, int]], rng: np.random.Generator, effect: float
+) -> Source:
     runs: list[LoadedRun] = []
     for mode, conc in configs:
         level = rng.uniform(5, 50)
         for side, rnd in schedule(ROUNDS, "balanced"):
             qps = level * (1 + effect if side == "head" else 1) * np.exp(rng.normal(0, CV))
-            run = Run(id=f"{gpu}-{mode}-{conc}-{side}-{rnd}", side=side, round=rnd, mode=mode,
-                      concurrency=conc, requests=128)  # type: ignore[arg-type]
+            run = Run(
+                id=f"{gpu}-{mode}-{conc}-{side}-{rnd}",
+                side=side,
+                round=rnd,
+                mode=mode,
+                concurrency=conc,
+                requests=128,
+            )  # type: ignore[arg-type]
             metrics: dict[str, float | None] = dict.fromkeys(NAMES)
             metrics["throughput_qps"] = float(qps)
             runs.append(LoadedRun(run=run, order=len(runs), metrics=metrics))
-    manifest = Manifest.model_validate({
-        "schema": "rsi-bundle/1", "verification_id": "sim", "repo": "o/r", "task": "sim",
-        "base": {"sha": "a"}, "head": {"sha": "b"}, "gpu": gpu, "runs": [], "complete": True})
+    manifest = Manifest.model_validate(
+        {
+            "schema": "rsi-bundle/1",
+            "verification_id": "sim",
+            "repo": "o/r",
+            "task": "sim",
+            "base": {"sha": "a"},
+            "head": {"sha": "b"},
+            "gpu": gpu,
+            "runs": [],
+            "complete": True,
+        }
+    )
     return Source("sim", "per-run", manifest, gpu, runs)
 
 
 CONFIGS_1: list[tuple[Mode, int]] = [("streaming", 16)]
-CONFIGS_8: list[tuple[Mode, int]] = [(m, c) for m in ("streaming", "non-streaming")
-                                     for c in (1, 4, 16, 64)]
+CONFIGS_8: list[tuple[Mode, int]] = [
+    (m, c) for m in ("streaming", "non-streaming") for c in (1, 4, 16, 64)
+]
 
 
 def _verdicts(n_configs: int, effect: float, seed: int) -> list[str]:

@@ -152,7 +152,7 @@ def test_zip_member_crc_error_is_reported(bundle: Path, tmp_path: Path) -> None:
     with zipfile.ZipFile(zipped) as z:
         info = z.getinfo("runs/r1-base-nonstream-c8/speed_results.json")
     start = info.header_offset + 30 + len(info.filename) + 40
-    data[start:start + 8] = b"\x00" * 8
+    data[start : start + 8] = b"\x00" * 8
     zipped.write_bytes(bytes(data))
     src = load(zipped)
     assert [f.code for f in src.findings] == ["bundle-invalid"]

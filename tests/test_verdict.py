@@ -15,14 +15,20 @@ from tests.bundles import clean_bundle
 
 
 def candidate(**claim: Any) -> Candidate:
-    return Candidate.model_validate({
-        "candidate_id": "c1", "task": "cosyvoice3", "repo": "sgl-project/sglang-omni",
-        "base_sha": BASE_SHA, "title": "A change",
-        "head": {"repo": "openrsi-bot/sglang-omni", "ref": "rsi/x", "sha": HEAD_SHA},
-        "claim": claim or None, "gpus": ["H100", "H200"],
-        "caveats": ["Measured with 8 CPU cores per GPU."],
-        "default_behavior_changes": ["none: code only", "streaming chunk size 4096 → 8192"],
-    })
+    return Candidate.model_validate(
+        {
+            "candidate_id": "c1",
+            "task": "cosyvoice3",
+            "repo": "sgl-project/sglang-omni",
+            "base_sha": BASE_SHA,
+            "title": "A change",
+            "head": {"repo": "openrsi-bot/sglang-omni", "ref": "rsi/x", "sha": HEAD_SHA},
+            "claim": claim or None,
+            "gpus": ["H100", "H200"],
+            "caveats": ["Measured with 8 CPU cores per GPU."],
+            "default_behavior_changes": ["none: code only", "streaming chunk size 4096 → 8192"],
+        }
+    )
 
 
 def evidence(tmp_path: Path, cand: Candidate | None = None, **spec: Any) -> Evidence:
@@ -66,27 +72,60 @@ def test_small_significant_change_is_not_a_verdict(tmp_path: Path) -> None:
 
 
 def _row(**kw: Any) -> StudyRow:
-    base: dict[str, Any] = dict(gpu="H200", mode="streaming", concurrency=16,
-                                metric="throughput_qps", label="throughput", unit="req/s",
-                                better="higher", base=10.0, head=11.0, n_base=5, n_head=5,
-                                delta_pct=10.0, ci_low_pct=5.0, ci_high_pct=15.0,
-                                verdict="improved", primary=True)
+    base: dict[str, Any] = {
+        "gpu": "H200",
+        "mode": "streaming",
+        "concurrency": 16,
+        "metric": "throughput_qps",
+        "label": "throughput",
+        "unit": "req/s",
+        "better": "higher",
+        "base": 10.0,
+        "head": 11.0,
+        "n_base": 5,
+        "n_head": 5,
+        "delta_pct": 10.0,
+        "ci_low_pct": 5.0,
+        "ci_high_pct": 15.0,
+        "verdict": "improved",
+        "primary": True,
+    }
     return StudyRow(**{**base, **kw})
 
 
 def test_guard_lowers_an_improvement_to_regressed() -> None:
-    rows = [_row(), _row(metric="latency_p95_s", label="latency p95", better="lower",
-                         primary=False, guard=True, guard_failed=True, delta_pct=14.0,
-                         verdict="regressed")]
+    rows = [
+        _row(),
+        _row(
+            metric="latency_p95_s",
+            label="latency p95",
+            better="lower",
+            primary=False,
+            guard=True,
+            guard_failed=True,
+            delta_pct=14.0,
+            verdict="regressed",
+        ),
+    ]
     verdict, reason = decide(rows, [])
     assert verdict == "regressed"
     assert "guard latency p95" in reason
 
 
 def test_guard_regression_under_threshold_is_only_a_caveat(tmp_path: Path) -> None:
-    rows = [_row(), _row(metric="latency_p95_s", label="latency p95", better="lower",
-                         primary=False, guard=True, guard_failed=False, delta_pct=6.0,
-                         verdict="regressed")]
+    rows = [
+        _row(),
+        _row(
+            metric="latency_p95_s",
+            label="latency p95",
+            better="lower",
+            primary=False,
+            guard=True,
+            guard_failed=False,
+            delta_pct=6.0,
+            verdict="regressed",
+        ),
+    ]
     assert decide(rows, [])[0] == "improved"
 
 
@@ -98,20 +137,24 @@ def test_any_audit_error_is_invalid() -> None:
 
 
 def test_a_regressed_primary_wins_over_an_improved_one() -> None:
-    rows = [_row(), _row(gpu="H100", delta_pct=-8.0, ci_low_pct=-12.0, ci_high_pct=-4.0,
-                         verdict="regressed")]
+    rows = [
+        _row(),
+        _row(gpu="H100", delta_pct=-8.0, ci_low_pct=-12.0, ci_high_pct=-4.0, verdict="regressed"),
+    ]
     assert decide(rows, [])[0] == "regressed"
 
 
-@pytest.mark.parametrize(("claimed", "row", "status"), [
-    (10.0, {}, "confirmed"),
-    (25.0, {}, "weakened"),  # interval [5, 15] wholly below the claim, still improved
-    (2.0, {}, "confirmed"),  # better than claimed
-    (10.0, {"verdict": "no-change", "ci_low_pct": -1.0}, "not-reproduced"),
-])
+@pytest.mark.parametrize(
+    ("claimed", "row", "status"),
+    [
+        (10.0, {}, "confirmed"),
+        (25.0, {}, "weakened"),  # interval [5, 15] wholly below the claim, still improved
+        (2.0, {}, "confirmed"),  # better than claimed
+        (10.0, {"verdict": "no-change", "ci_low_pct": -1.0}, "not-reproduced"),
+    ],
+)
 def test_claim_status(claimed: float, row: dict[str, Any], status: str) -> None:
-    claim = ClaimSpec(metric="throughput_qps", mode="streaming", gpu="H200",
-                      delta_pct=claimed)
+    claim = ClaimSpec(metric="throughput_qps", mode="streaming", gpu="H200", delta_pct=claimed)
     result = judge_claim([_row(**row)], claim, measured=True)
     assert result.status == status
     assert f"{claimed:+.1f}%" in result.message
@@ -119,8 +162,14 @@ def test_claim_status(claimed: float, row: dict[str, Any], status: str) -> None:
 
 def test_latency_claim_direction() -> None:
     claim = ClaimSpec(metric="latency_p95_s", mode="streaming", delta_pct=-30.0)
-    row = _row(metric="latency_p95_s", label="latency p95", better="lower", delta_pct=-12.0,
-               ci_low_pct=-16.0, ci_high_pct=-8.0)
+    row = _row(
+        metric="latency_p95_s",
+        label="latency p95",
+        better="lower",
+        delta_pct=-12.0,
+        ci_low_pct=-16.0,
+        ci_high_pct=-8.0,
+    )
     assert judge_claim([row], claim, measured=True).status == "weakened"
 
 
@@ -161,8 +210,13 @@ def test_caveats_carry_declared_items_and_attribution(tmp_path: Path) -> None:
     from evidence.model import AttributionEntry
 
     cand = candidate(metric="throughput_qps", mode="streaming", delta_pct=10.0)
-    ev, _ = build(Inputs(bundles=[clean_bundle(tmp_path / "b", speedup=0.1)], candidate=cand,
-                         attribution=[AttributionEntry(number=1502, title="Bump torch")]))
+    ev, _ = build(
+        Inputs(
+            bundles=[clean_bundle(tmp_path / "b", speedup=0.1)],
+            candidate=cand,
+            attribution=[AttributionEntry(number=1502, title="Bump torch")],
+        )
+    )
     text = "\n".join(ev.caveats)
     assert "Declared by the candidate: Measured with 8 CPU cores per GPU." in text
     assert "Default behaviour changes: streaming chunk size 4096 → 8192" in text
@@ -198,12 +252,16 @@ def test_bundles_of_different_verifications_are_invalid(tmp_path: Path) -> None:
 
 
 def test_compare_links_for_a_fork_and_enterprise(tmp_path: Path) -> None:
-    ev, _ = build(Inputs(bundles=[clean_bundle(tmp_path / "b")],
-                         github_url="https://ghe.example.com/"))
-    assert ev.links[0].url == (f"https://ghe.example.com/sgl-project/sglang-omni/compare/"
-                               f"{BASE_SHA}...openrsi-bot:{HEAD_SHA}")
+    ev, _ = build(
+        Inputs(bundles=[clean_bundle(tmp_path / "b")], github_url="https://ghe.example.com/")
+    )
+    assert ev.links[0].url == (
+        f"https://ghe.example.com/sgl-project/sglang-omni/compare/"
+        f"{BASE_SHA}...openrsi-bot:{HEAD_SHA}"
+    )
     assert ev.reproduce is not None
     assert ev.reproduce.command.startswith(
-        "rsi-runner verify --repo https://ghe.example.com/sgl-project/sglang-omni")
+        "rsi-runner verify --repo https://ghe.example.com/sgl-project/sglang-omni"
+    )
     assert ev.reproduce.image_digest is not None
     assert ev.reproduce.image_digest.startswith("sha256:")
