@@ -10,13 +10,16 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
+from typing import cast
 
 import numpy as np
+import pandas as pd
 from scipy import stats
 
 from evidence.load import LoadedRun, Source
 from evidence.model import Finding, HistoryEntry, Severity
 from evidence.policy import Policy
+from evidence.table import requests_table
 
 MAX_IDS = 10
 
@@ -80,7 +83,7 @@ def audit(
             findings += _first_chunk_at_end(src, lr, policy)
         findings += _sample_sets(src)
         findings += _failed_requests(src, policy)
-        findings += _length_shift(src, policy)
+        findings += _length_shift(src, policy, requests_table([src]))
         findings += _accuracy(src, policy)
     order = {"error": 0, "warning": 1, "info": 2}
     return sorted(findings, key=lambda f: (order[f.severity], f.gpu or "", f.code))
@@ -708,18 +711,6 @@ def _failed_requests(src: Source, policy: Policy) -> list[Finding]:
     return out
 
 
-def _per_id_means(runs: list[LoadedRun], side: str, col: str) -> dict[str, float]:
-    acc: dict[str, list[float]] = defaultdict(list)
-    for lr in runs:
-        if lr.run.side != side or lr.records is None:
-            continue
-        v = lr.records.cols[col]
-        for i, x, ok in zip(lr.records.ids, v, lr.records.success, strict=True):
-            if ok and x == x and x > 0:
-                acc[i].append(float(x))
-    return {i: sum(v) / len(v) for i, v in acc.items()}
-
-
 _LENGTHS = (
     ("audio_duration_s", "audio seconds"),
     ("completion_tokens", "output tokens"),
@@ -727,17 +718,29 @@ _LENGTHS = (
 )
 
 
-def _length_shift(src: Source, policy: Policy) -> list[Finding]:
+def _length_shift(src: Source, policy: Policy, table: pd.DataFrame) -> list[Finding]:
+    """Per sample id, head's output length against base's, each averaged over rounds."""
     out: list[Finding] = []
+    ok = table[table["is_success"]]
     for col, what in _LENGTHS:
+        sel = ok[ok[col] > 0]
+        if sel.empty:
+            continue
+        means = (
+            sel.groupby(["mode", "concurrency", "request_id", "side"], observed=True)[col]
+            .mean()
+            .unstack("side")
+        )
+        if "base" not in means or "head" not in means:
+            continue
+        means = means.dropna()
         worst: tuple[float, str, float, int] | None = None
         configs: list[str] = []
-        for (mode, conc), runs in _configs(src).items():
-            b, h = _per_id_means(runs, "base", col), _per_id_means(runs, "head", col)
-            common = sorted(set(b) & set(h))
-            if len(common) < 5:
+        for key, grp in means.groupby(level=["mode", "concurrency"], observed=True):
+            mode, conc = cast(tuple[str, int], key)
+            if len(grp) < 5:
                 continue
-            r = np.log(np.array([h[i] for i in common]) / np.array([b[i] for i in common]))
+            r = np.log(grp["head"].to_numpy() / grp["base"].to_numpy())
             if not np.any(r != 0):
                 continue
             shift = float(np.expm1(np.mean(r)))
@@ -745,19 +748,18 @@ def _length_shift(src: Source, policy: Policy) -> list[Finding]:
             if abs(shift) * 100 > policy.length_shift_pct and p < policy.length_shift_p:
                 configs.append(_cfg(mode, conc))
                 if worst is None or abs(shift) > abs(worst[0]):
-                    worst = (shift, _cfg(mode, conc), p, len(common))
+                    worst = (shift, _cfg(mode, conc), p, len(grp))
         if worst is not None:
             shift, cfg, p, n = worst
             word = "shorter" if shift < 0 else "longer"
+            others = ", ".join(c for c in configs if c != cfg) or "no other configuration"
             out.append(
                 _f(
                     "output-length-shift",
                     "error",
-                    f"Head produces {word} output for "
-                    f"the same samples: {what} {100 * shift:+.1f}% at {cfg} over {n} "
-                    f"sample ids (Wilcoxon p = {p:.2g}; also at "
-                    f"{', '.join(c for c in configs if c != cfg) or 'no other config'}). "
-                    "A change that does less is not faster.",
+                    f"Head produces {word} output for the same samples: {what} "
+                    f"{100 * shift:+.1f}% at {cfg} over {n} sample ids (Wilcoxon p = {p:.2g}; "
+                    f"also at {others}). A change that does less is not faster.",
                     src,
                     measure=col,
                     shift_pct=round(100 * shift, 3),
