@@ -721,7 +721,9 @@ _LENGTHS = (
 def _length_shift(src: Source, policy: Policy, table: pd.DataFrame) -> list[Finding]:
     """Per sample id, head's output length against base's, each averaged over rounds."""
     out: list[Finding] = []
-    ok = table[table["is_success"]]
+    if table.empty:
+        return out
+    ok = table[table["is_success"].astype(bool)]
     for col, what in _LENGTHS:
         sel = ok[ok[col] > 0]
         if sel.empty:

@@ -1,0 +1,120 @@
+"""`rsi-bot evidence`: files written, exit codes, and errors that name the file."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+from click.testing import CliRunner
+
+from bot.cli import main
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+H100 = EXAMPLES / "rsi-bundle-v-2c1f0e-h100.zip"
+H200 = EXAMPLES / "rsi-bundle-v-2c1f0e-h200.zip"
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, ["evidence", *args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_example_bundles_build_every_output(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    code, stdout, _ = run(
+        str(H100),
+        str(H200),
+        "--candidate",
+        str(EXAMPLES / "candidate.json"),
+        "--public-url",
+        "https://rsi.example.com/r/v-2c1f0e",
+        "--out",
+        str(out),
+    )
+    assert code == 0
+    assert stdout.startswith("verdict: improved")
+    assert "claim: confirmed" in stdout
+    for name in ("evidence.json", "evidence.md", "check.md", "pr-body.md", "report.html"):
+        assert (out / name).stat().st_size > 0, name
+    ev = orjson.loads((out / "evidence.json").read_bytes())
+    assert ev["schema"] == "rsi-evidence/1"
+    assert ev["verdict"] == "improved"
+    assert set(ev["gpus"]) == {"H100", "H200"}
+    assert ev["claim"]["status"] == "confirmed"
+    row = ev["study"][0]
+    for key in (
+        "gpu",
+        "mode",
+        "concurrency",
+        "metric",
+        "base",
+        "head",
+        "delta_pct",
+        "ci_low_pct",
+        "ci_high_pct",
+        "verdict",
+        "primary",
+    ):
+        assert key in row
+    assert {p["name"] for p in ev["plots"]} >= {"rounds", "latency", "ttfa", "deltas", "trajectory"}
+    assert all(
+        p["url"].startswith("https://rsi.example.com/r/v-2c1f0e/plots/") for p in ev["plots"]
+    )
+    assert all((out / p["path"]).is_file() for p in ev["plots"])
+    assert (
+        "https://rsi.example.com/r/v-2c1f0e/plots/rounds.png" in (out / "evidence.md").read_text()
+    )
+
+
+def test_threshold_option_changes_the_verdict(tmp_path: Path) -> None:
+    code, stdout, _ = run(str(H200), "--threshold", "50", "--out", str(tmp_path))
+    assert code == 0
+    assert stdout.startswith("verdict: no-change")
+    assert orjson.loads((tmp_path / "evidence.json").read_bytes())["threshold_pct"] == 50
+
+
+def test_corrupt_bundle_exits_2_naming_the_file(tmp_path: Path) -> None:
+    bad = tmp_path / "rsi-bundle-x-h200.zip"
+    bad.write_bytes(b"not a zip")
+    code, stdout, stderr = run(str(bad), "--out", str(tmp_path / "o"))
+    assert code == 2
+    assert f"{bad}: corrupt zip archive" in stderr
+    assert stdout == ""
+    assert not (tmp_path / "o").exists()
+
+
+def test_malformed_candidate_exits_2_naming_the_field(tmp_path: Path) -> None:
+    cand = orjson.loads((EXAMPLES / "candidate.json").read_bytes())
+    del cand["head"]["sha"]
+    path = tmp_path / "candidate.json"
+    path.write_bytes(orjson.dumps(cand))
+    code, _, stderr = run(str(H200), "--candidate", str(path), "--out", str(tmp_path / "o"))
+    assert code == 2
+    assert f"{path}: head.sha: Field required" in stderr
+
+
+def test_malformed_history_exits_2(tmp_path: Path) -> None:
+    path = tmp_path / "history.json"
+    path.write_text('[{"task": "cosyvoice3"}]')
+    code, _, stderr = run(str(H200), "--history", str(path), "--out", str(tmp_path / "o"))
+    assert code == 2
+    assert "history.json: 0.gpu: Field required" in stderr
+
+
+def test_invalid_evidence_still_exits_0(tmp_path: Path) -> None:
+    from tests.bundles import clean_bundle
+
+    b = clean_bundle(tmp_path / "b", head_audio_scale=0.8)
+    code, stdout, _ = run(str(b), "--out", str(tmp_path / "o"))
+    assert code == 0
+    assert stdout.startswith("verdict: invalid")
+
+
+def test_console_script_is_installed(tmp_path: Path) -> None:
+    exe = Path(sys.executable).with_name("rsi-bot")
+    proc = subprocess.run(
+        [str(exe), "evidence", "--help"], capture_output=True, text=True, check=True
+    )
+    assert "--public-url" in proc.stdout

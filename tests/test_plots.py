@@ -1,0 +1,278 @@
+"""Plots: the files, their names and URLs, and the data each one is drawn from."""
+
+from __future__ import annotations
+
+import io
+import itertools
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+from matplotlib.figure import Figure
+
+from evidence.build import Inputs, build
+from evidence.load import Source, load
+from evidence.model import (
+    Candidate,
+    Evidence,
+    EvolveState,
+    Harness,
+    HeadRef,
+    RoundValue,
+    TrajectoryPoint,
+)
+from evidence.plots import (
+    best_so_far,
+    config_segments,
+    delta_rows,
+    distribution_panels,
+    draw_deltas,
+    draw_rounds,
+    draw_trajectory,
+    ecdf,
+    make_plots,
+    rounds_series,
+    trajectory_points,
+)
+from evidence.synth import BASE_SHA, HEAD_SHA, SynthSpec, schedule, write_bundle
+
+FIXTURES = Path(__file__).parent / "fixtures" / "real"
+EVOLVE_STATE = FIXTURES / "ace-playbook-repair.evolve_state.json"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+PUBLIC_URL = "https://rsi.example/e/v-demo01/"
+
+Study = tuple[Evidence, list[Source]]
+
+
+def _renders(fig: Figure | None) -> bool:
+    """Draw the figure for real (a bad artist fails only when drawn)."""
+    assert fig is not None
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue().startswith(PNG_MAGIC)
+
+
+def _study(root: Path, spec: SynthSpec) -> Study:
+    path = write_bundle(root / "b", spec)
+    return build(Inputs(bundles=[path]))
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory: pytest.TempPathFactory) -> Study:
+    spec = SynthSpec(speedup=0.1, rounds=3, requests=40, concurrencies=(4,))
+    return _study(tmp_path_factory.mktemp("study"), spec)
+
+
+@pytest.fixture(scope="module")
+def evolve_state() -> EvolveState:
+    return EvolveState.model_validate(orjson.loads(EVOLVE_STATE.read_bytes()))
+
+
+def _candidate(trajectory: list[TrajectoryPoint] | EvolveState) -> Candidate:
+    return Candidate(
+        candidate_id="cosyvoice3-idle-threads-r14",
+        task="cosyvoice3",
+        repo="sgl-project/sglang-omni",
+        base_sha=BASE_SHA,
+        head=HeadRef(repo="openrsi-bot/sglang-omni", ref="rsi/x", sha=HEAD_SHA),
+        title="CosyVoice3: idle encoder threads sleep instead of spinning",
+        harness=Harness(run_id="run-1", trajectory=trajectory),
+    )
+
+
+ARTICLE = [
+    TrajectoryPoint(hour=0.4, reward=1.2),
+    TrajectoryPoint(hour=1.589, reward=1.399, passed=False, failed_guards=["CosyVoice3 WER"]),
+    TrajectoryPoint(hour=2.5, reward=1.1),
+    TrajectoryPoint(hour=3.0, reward=1.5389),
+]
+
+
+# ------------------------------------------------------------------------- the files
+
+
+def test_make_plots_writes_every_plot_as_png(
+    study: Study, evolve_state: EvolveState, tmp_path: Path
+) -> None:
+    ev, sources = study
+    plots = make_plots(ev, sources, _candidate(evolve_state), tmp_path, PUBLIC_URL)
+    assert [p.name for p in plots] == ["rounds", "latency", "ttfa", "deltas", "trajectory"]
+    for p in plots:
+        assert p.path == f"plots/{p.name}.png"
+        assert p.url == f"https://rsi.example/e/v-demo01/plots/{p.name}.png"
+        assert p.title
+        data = (tmp_path / p.path).read_bytes()
+        assert data.startswith(PNG_MAGIC)
+        assert len(data) < 150_000
+    assert sorted(f.name for f in (tmp_path / "plots").iterdir()) == sorted(
+        f"{p.name}.png" for p in plots
+    )
+
+
+def test_without_public_url_or_candidate(study: Study, tmp_path: Path) -> None:
+    ev, sources = study
+    plots = make_plots(ev, sources, None, tmp_path, None)
+    assert [p.name for p in plots] == ["rounds", "latency", "ttfa", "deltas"]
+    assert all(p.url is None for p in plots)
+
+
+def test_non_streaming_only_study_has_no_ttfa(tmp_path: Path) -> None:
+    spec = SynthSpec(rounds=3, requests=40, concurrencies=(4,), modes=("non-streaming",))
+    ev, sources = _study(tmp_path, spec)
+    assert distribution_panels(sources, "audio_ttfp_s", streaming_only=True) == []
+    names = [p.name for p in make_plots(ev, sources, None, tmp_path / "out", None)]
+    assert names == ["rounds", "latency", "deltas"]
+    assert not (tmp_path / "out" / "plots" / "ttfa.png").exists()
+
+
+def test_nothing_to_draw_writes_nothing(study: Study, tmp_path: Path) -> None:
+    ev, _ = study
+    empty = ev.model_copy(update={"rounds": [], "study": []})
+    assert make_plots(empty, [], None, tmp_path, PUBLIC_URL) == []
+
+
+def test_per_run_only_source_has_no_distributions(study: Study, tmp_path: Path) -> None:
+    ev, _ = study
+    per_run = load(FIXTURES / "pr1445-h100-ab.results-summary.json")
+    assert distribution_panels([per_run], "latency_s") == []
+    names = [p.name for p in make_plots(ev, [per_run], None, tmp_path, None)]
+    assert names == ["rounds", "deltas"]
+
+
+# ------------------------------------------------------------------------- rounds
+
+
+def test_rounds_series_in_execution_order(study: Study) -> None:
+    ev, sources = study
+    series = rounds_series(ev)
+    assert list(series) == [("H200", "non-streaming"), ("H200", "streaming")]
+    expected_sides = [side for side, _ in schedule(3, "balanced")]
+    manifest_ids = [r.id for r in sources[0].manifest.runs]
+    for (_, mode), points in series.items():
+        xs = [p.x for p in points]
+        assert xs == sorted(xs)
+        assert [p.side for p in points] == expected_sides
+        assert [p.run_id for p in points] == [
+            i for i in manifest_ids if ("-stream-" in i) == (mode == "streaming")
+        ]
+        assert all(p.throughput_qps is not None and p.throughput_qps > 0 for p in points)
+        assert not any(p.failed for p in points)
+
+
+def test_failed_runs_stay_in_the_series(study: Study) -> None:
+    ev, _ = study
+    failed = RoundValue(
+        gpu="H200",
+        mode="streaming",
+        concurrency=8,
+        side="head",
+        round=4,
+        order=99,
+        run_id="r4-head-stream-c8",
+        throughput_qps=None,
+        status="failed",
+    )
+    ev2 = ev.model_copy(update={"rounds": [*ev.rounds, failed]})
+    points = rounds_series(ev2)[("H200", "streaming")]
+    assert points[-1].run_id == "r4-head-stream-c8"
+    assert points[-1].failed
+    assert [c for c, _ in config_segments(points)] == [4, 8]
+    assert _renders(draw_rounds(ev2))
+
+
+# ------------------------------------------------------------------------- distributions
+
+
+def test_distribution_panels_pool_rounds_at_highest_concurrency(study: Study) -> None:
+    _, sources = study
+    panels = distribution_panels(sources, "latency_s")
+    assert [(p.gpu, p.mode, p.concurrency) for p in panels] == [
+        ("H200", "non-streaming", 4),
+        ("H200", "streaming", 4),
+    ]
+    for p in panels:  # 3 rounds a side, 40 successful requests each
+        assert p.base.size == 120
+        assert p.head.size == 120
+    ttfa = distribution_panels(sources, "audio_ttfp_s", streaming_only=True)
+    assert [p.mode for p in ttfa] == ["streaming"]
+    assert np.isfinite(ttfa[0].base).all()
+
+
+def test_ecdf_caps_the_point_count() -> None:
+    values = np.random.default_rng(1).lognormal(0.0, 0.3, 100_000)
+    values[::1000] = np.nan
+    x, f = ecdf(values, max_points=1_000)
+    assert x.size == f.size == 1_000
+    finite = values[np.isfinite(values)]
+    assert x[0] == finite.min()
+    assert x[-1] == finite.max()
+    assert np.all(np.diff(x) >= 0)
+    assert np.allclose(x, np.quantile(finite, f))  # the same quantiles as numpy's
+
+
+def test_ecdf_of_small_and_empty_samples() -> None:
+    x, f = ecdf(np.array([3.0, 1.0, np.nan, 2.0]))
+    assert x.tolist() == [1.0, 2.0, 3.0]
+    assert f.tolist() == pytest.approx([1 / 3, 2 / 3, 1.0])
+    x, f = ecdf(np.array([], dtype=np.float64))
+    assert x.size == f.size == 0
+
+
+# ------------------------------------------------------------------------- deltas
+
+
+def test_delta_rows_are_primary_and_guarded_rows(study: Study) -> None:
+    ev, _ = study
+    rows = delta_rows(ev)
+    wanted = [r for r in ev.study if (r.primary or r.guard) and r.delta_pct is not None]
+    assert len(rows) == len(wanted) > 0
+    labels = [r.label for r in rows]
+    assert "H200 streaming c=4 throughput" in labels
+    assert "H200 streaming c=4 time to first audio p95" in labels
+    assert all(r.has_interval for r in rows)
+    # A row without an interval is kept (drawn hollow), not dropped.
+    study_rows = [r.model_copy(update={"ci_low_pct": None, "ci_high_pct": None}) for r in ev.study]
+    ev2 = ev.model_copy(update={"study": study_rows})
+    assert not any(r.has_interval for r in delta_rows(ev2))
+    assert _renders(draw_deltas(ev2))
+
+
+# ------------------------------------------------------------------------- trajectory
+
+
+def test_best_so_far_on_the_real_evolve_state(evolve_state: EvolveState) -> None:
+    points = trajectory_points(Harness(trajectory=evolve_state))
+    assert len(points) == len(evolve_state.submissions) == 30
+    assert points[0].hour == 0.0
+    assert all(a.hour <= b.hour for a, b in itertools.pairwise(points))
+    hours, best = best_so_far(points)
+    assert np.all(np.diff(best) >= 0)
+    assert best[-1] == pytest.approx(0.73)
+    assert best[0] == pytest.approx(0.565)
+    assert hours.size == 29  # agent-2 has no score and is not a step
+    rejected = [p for p in points if not p.passed]
+    assert [(p.name, p.reasons) for p in rejected] == [("agent-2", ("verifier_error",))]
+    assert rejected[0].reward is None
+
+
+def test_article_form_marks_the_failed_guard() -> None:
+    points = trajectory_points(Harness(trajectory=ARTICLE))
+    failed = [p for p in points if not p.passed]
+    assert len(failed) == 1
+    assert failed[0].hour == pytest.approx(1.589)
+    assert failed[0].reasons == ("CosyVoice3 WER",)
+    hours, best = best_so_far(points)
+    # The rejected 1.399 is never the best so far.
+    assert hours.tolist() == [0.4, 2.5, 3.0]
+    assert best.tolist() == [1.2, 1.2, 1.5389]
+    assert _renders(draw_trajectory(_candidate(ARTICLE)))
+
+
+def test_no_trajectory_without_harness_data() -> None:
+    assert trajectory_points(None) == []
+    assert trajectory_points(Harness(trajectory=None)) == []
+    assert trajectory_points(Harness(trajectory=[])) == []
+    assert trajectory_points(Harness(trajectory=EvolveState(submissions=[]))) == []
+    empty = best_so_far([])
+    assert empty[0].size == empty[1].size == 0
