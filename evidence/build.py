@@ -29,7 +29,7 @@ from evidence.model import (
 )
 from evidence.policy import Policy
 from evidence.study import build_study
-from evidence.verdict import decide, headline, judge_claim, per_gpu
+from evidence.verdict import decide, headline, judge_claim, per_gpu, void_if_invalid
 
 T = TypeVar("T")
 
@@ -81,11 +81,13 @@ def build(inputs: Inputs) -> tuple[Evidence, list[Source]]:
         )
     findings += _candidate_mismatch(cand, sources)
     verdict, reason = decide(rows, findings)
-    claim_result = judge_claim(rows, claim, measured)
+    claim_result = void_if_invalid(judge_claim(rows, claim, measured), verdict)
     gpus: dict[str, GpuResult] = {}
     for src in sources:
         v, why = per_gpu(rows, findings, src.gpu)
-        claim_gpu = judge_claim([r for r in rows if r.gpu == src.gpu], claim, measured)
+        claim_gpu = void_if_invalid(
+            judge_claim([r for r in rows if r.gpu == src.gpu], claim, measured), v
+        )
         gpus[src.gpu] = GpuResult(
             verdict=v,
             reason=why,

@@ -154,3 +154,16 @@ def judge_claim(rows: list[StudyRow], claim: ClaimSpec | None, measured: bool) -
 
 def _fmt(x: float | None) -> str:
     return "n/a" if x is None else f"{x:+.1f}%"
+
+
+def void_if_invalid(result: ClaimResult, verdict: Overall) -> ClaimResult:
+    """No claim holds on records that fail the audit: the measurement is kept, as context."""
+    if verdict != "invalid" or result.status not in ("confirmed", "weakened"):
+        return result
+    return result.model_copy(
+        update={
+            "status": "not-reproduced",
+            "message": "The study is invalid (the raw-record audit found errors), so the claim "
+            f"is not reproduced. For reference only: {result.message}",
+        }
+    )

@@ -265,3 +265,12 @@ def test_compare_links_for_a_fork_and_enterprise(tmp_path: Path) -> None:
     )
     assert ev.reproduce.image_digest is not None
     assert ev.reproduce.image_digest.startswith("sha256:")
+
+
+def test_an_invalid_study_reproduces_no_claim(tmp_path: Path) -> None:
+    cand = candidate(metric="throughput_qps", mode="streaming", gpu="H200", delta_pct=20.0)
+    ev = evidence(tmp_path, cand, speedup=0.2, head_audio_scale=0.7)
+    assert ev.verdict == "invalid"
+    assert ev.claim.status == "not-reproduced"
+    assert ev.gpus["H200"].claim_status == "not-reproduced"
+    assert "For reference only: The claim of throughput +20.0%" in ev.claim.message

@@ -1,0 +1,784 @@
+"""Render an Evidence as the PR comment, the check-run summary, the PR-body section and
+the self-contained HTML report.
+
+Templates (`pr_templates/`) only render. Every decision — grouping, ordering, which rows
+are shown, what is left out when a text is too long for GitHub — is a small typed function
+here, so it can be tested without parsing Markdown.
+
+GitHub refuses a comment longer than 65,536 characters and a check-run summary longer
+than 65,535. Both are rendered at decreasing levels of detail until one fits; the last
+resort cuts the text at a line break and closes what the cut left open. The report link
+and the **Reproduce** section are rendered separately (`_tail.md.j2`) and are kept whole
+at every level.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+
+from evidence.metrics import BY_NAME
+from evidence.model import (
+    Evidence,
+    Finding,
+    Headline,
+    Plot,
+    RoundValue,
+    Severity,
+    StudyRow,
+)
+
+COMMENT_MARKER = "<!-- rsi-bot:evidence -->"
+SECTION_START = "<!-- rsi-bot:evidence-section:start -->"
+SECTION_END = "<!-- rsi-bot:evidence-section:end -->"
+
+COMMENT_LIMIT = 65_536  # GitHub: issue comment body
+CHECK_LIMIT = 65_535  # GitHub: check-run output summary
+FINDINGS_PER_CODE = 3  # findings listed per code once the list must be capped
+ITEMS_SHOWN = 5  # run ids / sample ids listed per finding in Markdown
+CODES_SHOWN = 12  # codes named per severity in the audit summary counts
+
+SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info")
+_SEVERITY_TITLE = {"error": "Errors", "warning": "Warnings", "info": "Info"}
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+# ----------------------------------------------------------------------------- Jinja
+
+
+@functools.cache
+def _env() -> Environment:
+    """The one template environment, created on first use.
+
+    `report.html.j2` must be autoescaped: `select_autoescape(["html"])` alone matches only
+    names that end in `.html`, so `html.j2` is listed too. Markdown is never escaped.
+    """
+    env = Environment(
+        loader=PackageLoader("pr_templates", ""),
+        autoescape=select_autoescape(["html", "html.j2"]),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters.update(
+        {
+            "pct": fmt_pct,
+            "interval": fmt_interval,
+            "num": fmt_value,
+            "p": fmt_p,
+            "nr": not_recorded,
+            "cell": md_cell,
+            "oneline": one_line,
+            "short": short_sha,
+            "badge": badge,
+            "metric_label": metric_label,
+            "headline": headline_text,
+            "row_delta": row_delta,
+            "row_ci": row_ci,
+            "row_verdict": row_verdict,
+            "items": short_list,
+            "fence": fence,
+            "plot_src": plot_src,
+            "anchor": anchor,
+            "href": safe_href,
+        }
+    )
+    return env
+
+
+def _render(template: str, **context: Any) -> str:
+    return _env().get_template(template).render(**context)
+
+
+def _render_md(template: str, **context: Any) -> str:
+    return tidy_markdown(_render(template, **context))
+
+
+def tidy_markdown(text: str) -> str:
+    """One blank line at most between blocks (code blocks kept as they are), one final
+    newline. Templates stay readable without fighting Jinja's whitespace rules."""
+    out: list[str] = []
+    in_code = False
+    for line in text.splitlines():
+        if line.lstrip().startswith("```"):
+            in_code = not in_code
+        elif not in_code and not line.strip() and (not out or not out[-1].strip()):
+            continue
+        out.append(line)
+    while out and not out[-1].strip():
+        out.pop()
+    return "\n".join(out) + "\n"
+
+
+# ------------------------------------------------------------------------ formatting
+
+
+def fmt_pct(x: float | None) -> str:
+    """A relative change: "+5.2%", "-0.4%", "n/a"; never "-0.0%"."""
+    if x is None or not math.isfinite(x):
+        return "n/a"
+    if round(x, 1) == 0:
+        return "+0.0%"
+    return f"{x:+.1f}%"
+
+
+def fmt_interval(lo: float | None, hi: float | None) -> str:
+    """A 95% interval of a relative change: "[+1.0%, +9.8%]", or "n/a"."""
+    if lo is None or hi is None:
+        return "n/a"
+    return f"[{fmt_pct(lo)}, {fmt_pct(hi)}]"
+
+
+def _sig3(x: float) -> str:
+    """Three significant figures; thousands and more as whole numbers with separators."""
+    if x == 0:
+        return "0"
+    if abs(x) >= 1000:
+        return f"{x:,.0f}"
+    decimals = max(0, 2 - math.floor(math.log10(abs(x))))
+    return f"{x:.{decimals}f}"
+
+
+def fmt_value(x: float | int | None, unit: str = "") -> str:
+    """A measured value by its unit: "2.13 req/s", "0.120 s", "60,966 MiB", "0.0124"."""
+    if x is None:
+        return "n/a"
+    if not math.isfinite(x):
+        return str(x)
+    text = f"{x:,.0f}" if unit == "MiB" else _sig3(float(x))
+    return f"{text} {unit}" if unit else text
+
+
+def fmt_signed(x: float | None, unit: str = "") -> str:
+    """An absolute change: "+0.00083", "-1.20 s"; no change is "0"."""
+    if x is None or not math.isfinite(x):
+        return "n/a"
+    if x == 0:
+        return "0"
+    text = fmt_value(abs(x), unit)
+    return ("-" if x < 0 else "+") + text
+
+
+def fmt_p(x: float | int | str | None) -> str:
+    """A p-value or any other number in a finding: compact, exact enough to check."""
+    if x is None:
+        return "n/a"
+    if isinstance(x, str):
+        return x
+    if isinstance(x, int):  # bool too
+        return str(x)
+    if not math.isfinite(x):
+        return str(x)
+    if x != 0 and abs(x) < 0.001:
+        return f"{x:.2e}"
+    return f"{x:.4g}"
+
+
+def not_recorded(x: object) -> str:
+    return "not recorded" if x is None or x == "" or x == [] else str(x)
+
+
+def short_sha(sha: str | None) -> str:
+    return "not recorded" if not sha else sha[:10]
+
+
+def badge(word: str) -> str:
+    """An emoji-free badge word: "IMPROVED", "NO-CHANGE", "NOT-REPRODUCED"."""
+    return word.upper()
+
+
+def one_line(text: object) -> str:
+    """Free text on one line, so a list item stays one item; `<` written as `&lt;`, so
+    text from a bundle or candidate cannot open an HTML tag (an unclosed `<details>`
+    would swallow the rest of the comment)."""
+    return " ".join(str(text).split()).replace("<", "&lt;")
+
+
+def md_cell(text: object) -> str:
+    """Free text in a Markdown table cell: one line, pipes escaped."""
+    return one_line(text).replace("|", "\\|")
+
+
+def fence(text: str) -> str:
+    """A code fence longer than any run of backticks inside `text`."""
+    runs = [len(m) for m in re.findall(r"`+", text)]
+    return "`" * max(3, max(runs, default=0) + 1)
+
+
+def anchor(text: str) -> str:
+    """An HTML id from free text."""
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def safe_href(url: str | None) -> str:
+    """A link target for the report: http(s) only, so an input cannot smuggle in a
+    `javascript:` URL."""
+    if url and re.match(r"^https?://", url, flags=re.IGNORECASE):
+        return url
+    return "#"
+
+
+def metric_label(name: str) -> str:
+    metric = BY_NAME.get(name)
+    return metric.label if metric else name
+
+
+def headline_text(h: Headline | None) -> str:
+    """Which figure a GPU's verdict rests on: "throughput, streaming, c=4"."""
+    if h is None:
+        return "no primary figure"
+    return f"{metric_label(h.metric)}, {h.mode}, c={h.concurrency}"
+
+
+def short_list(items: list[str], n: int = ITEMS_SHOWN) -> str:
+    """Items for one line: "a, b, c and 7 more"."""
+    shown = ", ".join(items[:n])
+    return f"{shown} and {len(items) - n} more" if len(items) > n else shown
+
+
+def row_delta(r: StudyRow) -> str:
+    """Relative change when there is one; an absolute change for rates with a zero base."""
+    if r.delta_pct is not None:
+        return fmt_pct(r.delta_pct)
+    return fmt_signed(r.delta_abs, r.unit)
+
+
+def row_ci(r: StudyRow) -> str:
+    if r.ci_low_pct is not None and r.ci_high_pct is not None:
+        return fmt_interval(r.ci_low_pct, r.ci_high_pct)
+    if r.ci_low_abs is not None and r.ci_high_abs is not None:
+        return f"[{fmt_signed(r.ci_low_abs, r.unit)}, {fmt_signed(r.ci_high_abs, r.unit)}]"
+    return "n/a"
+
+
+def row_verdict(r: StudyRow) -> str:
+    """The row's verdict; a failed guard says so; a no-change primary row says its MDE."""
+    if r.guard_failed:
+        return "regressed, guard failed"
+    if r.primary and r.verdict == "no-change" and r.mde_pct is not None:
+        return f"no-change, could detect ±{r.mde_pct:.1f}%"
+    return r.verdict
+
+
+def plot_src(p: Plot) -> str:
+    """Where a Markdown image points: the public URL, else the path beside the report."""
+    return p.url or p.path
+
+
+# ------------------------------------------------------------------------- the views
+
+
+@dataclass(frozen=True)
+class ConfigView:
+    """One GPU × mode × concurrency of the study, its rows split into shown and collapsed."""
+
+    gpu: str
+    mode: str
+    concurrency: int
+    n_base: int
+    n_head: int
+    rows: list[StudyRow]  # all, in the study's order
+    key: list[StudyRow]  # shown in Markdown
+    other: list[StudyRow]  # collapsed, or left out when the text must be short
+
+    @property
+    def title(self) -> str:
+        return f"{self.gpu} · {self.mode} · c={self.concurrency}"
+
+
+def is_key_row(r: StudyRow) -> bool:
+    """Rows a maintainer must see: the primary ones, the guards and anything regressed."""
+    return r.primary or r.guard or r.verdict == "regressed"
+
+
+def study_configs(rows: Iterable[StudyRow]) -> list[ConfigView]:
+    """Rows grouped by configuration (GPU, mode, concurrency), in the study's own order."""
+    groups: dict[tuple[str, str, int], list[StudyRow]] = {}
+    for r in rows:
+        groups.setdefault((r.gpu, r.mode, r.concurrency), []).append(r)
+    return [
+        ConfigView(
+            gpu=gpu,
+            mode=mode,
+            concurrency=conc,
+            n_base=max(r.n_base for r in rs),
+            n_head=max(r.n_head for r in rs),
+            rows=rs,
+            key=[r for r in rs if is_key_row(r)],
+            other=[r for r in rs if not is_key_row(r)],
+        )
+        for (gpu, mode, conc), rs in groups.items()
+    ]
+
+
+@dataclass(frozen=True)
+class CodeGroup:
+    code: str
+    findings: list[Finding]  # those shown
+    more: int  # those left out of the list
+
+    @property
+    def count(self) -> int:
+        return len(self.findings) + self.more
+
+
+@dataclass(frozen=True)
+class SeverityGroup:
+    severity: Severity
+    codes: list[CodeGroup]
+    more_codes: int = 0  # codes left out of the summary counts
+    more_codes_count: int = 0  # findings under the codes left out
+
+    @property
+    def title(self) -> str:
+        return _SEVERITY_TITLE[self.severity]
+
+    @property
+    def count(self) -> int:
+        return sum(c.count for c in self.codes) + self.more_codes_count
+
+
+def audit_groups(
+    findings: Iterable[Finding],
+    per_code: int | None = None,
+    severities: Iterable[Severity] = SEVERITIES,
+    codes_shown: int | None = None,
+) -> list[SeverityGroup]:
+    """Findings by severity (errors first), then by code in order of first appearance.
+
+    `per_code` caps the findings listed under one code; `codes_shown` caps how many codes
+    one severity names (for the summary counts).
+    """
+    by_sev: dict[Severity, dict[str, list[Finding]]] = {s: {} for s in severities}
+    for f in findings:
+        if f.severity in by_sev:
+            by_sev[f.severity].setdefault(f.code, []).append(f)
+    out = []
+    for sev, codes in by_sev.items():
+        if not codes:
+            continue
+        groups = [
+            CodeGroup(
+                code,
+                fs[:per_code] if per_code is not None else fs,
+                max(0, len(fs) - per_code) if per_code is not None else 0,
+            )
+            for code, fs in codes.items()
+        ]
+        more_codes, more_count = 0, 0
+        if codes_shown is not None and len(groups) > codes_shown:
+            left = groups[codes_shown:]
+            groups = groups[:codes_shown]
+            more_codes, more_count = len(left), sum(g.count for g in left)
+        out.append(SeverityGroup(sev, groups, more_codes, more_count))
+    return out
+
+
+def severity_counts(findings: Iterable[Finding]) -> dict[Severity, int]:
+    counts: dict[Severity, int] = dict.fromkeys(SEVERITIES, 0)
+    for f in findings:
+        counts[f.severity] += 1
+    return counts
+
+
+@dataclass(frozen=True)
+class EnvRow:
+    key: str
+    base: str
+    head: str
+    differs: bool
+
+
+@dataclass(frozen=True)
+class EnvView:
+    gpu: str
+    runner: str | None
+    rounds_per_side: int
+    rows: list[EnvRow]
+
+    @property
+    def differs(self) -> list[str]:
+        return [r.key for r in self.rows if r.differs]
+
+
+def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    out: dict[str, str] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(_flatten(v, f"{key}."))
+        elif isinstance(v, list | tuple):
+            out[key] = ", ".join(str(x) for x in v)
+        else:
+            out[key] = not_recorded(v)
+    return out
+
+
+def environment_views(ev: Evidence) -> list[EnvView]:
+    """Per GPU: every fingerprint field base against head, then start-up and peak VRAM."""
+    views = []
+    for gpu, g in ev.gpus.items():
+        base = _flatten(g.fingerprint.get("base") or {})
+        head = _flatten(g.fingerprint.get("head") or {})
+        keys = list(base) + [k for k in head if k not in base]
+        rows = [
+            EnvRow(
+                k,
+                base.get(k, "not recorded"),
+                head.get(k, "not recorded"),
+                base.get(k) != head.get(k),
+            )
+            for k in keys
+        ]
+        rows.append(
+            EnvRow(
+                "server start-up (mean)",
+                fmt_value(g.startup_s.get("base"), "s"),
+                fmt_value(g.startup_s.get("head"), "s"),
+                False,
+            )
+        )
+        rows.append(
+            EnvRow(
+                "peak VRAM (mean)",
+                fmt_value(g.peak_vram_mib.get("base"), "MiB"),
+                fmt_value(g.peak_vram_mib.get("head"), "MiB"),
+                False,
+            )
+        )
+        views.append(EnvView(gpu, g.runner, g.rounds_per_side, rows))
+    return views
+
+
+@dataclass(frozen=True)
+class ReproView:
+    """What the Reproduce section says; None is written "not recorded"."""
+
+    command: str | None
+    base_sha: str | None
+    head_sha: str | None
+    head_repo: str | None
+    repo: str | None
+    image: str | None
+    image_digest: str | None
+    gpus: list[str]
+
+
+def reproduce_view(ev: Evidence) -> ReproView:
+    r = ev.reproduce
+    if r is None:
+        return ReproView(
+            None, ev.base_sha, ev.head_sha, ev.head_repo, ev.repo, None, None, list(ev.gpus)
+        )
+    return ReproView(
+        r.command,
+        r.base_sha,
+        r.head_sha,
+        r.head_repo,
+        ev.repo,
+        r.image,
+        r.image_digest,
+        r.gpus or list(ev.gpus),
+    )
+
+
+def verdict_note(ev: Evidence) -> str | None:
+    """What the verdict means for the claim, when the two could be read apart."""
+    if ev.verdict == "invalid":
+        note = "No figure of this study counts as evidence until the audit errors are resolved"
+        if ev.claim.status != "none":
+            note += f"; the claim status ({ev.claim.status}) is shown for reference only"
+        return note + "."
+    return None
+
+
+@dataclass(frozen=True)
+class PlotImage:
+    title: str
+    name: str
+    path: str
+    data_uri: str | None
+    problem: str | None
+
+
+def plot_images(plots: Iterable[Plot], out_dir: Path) -> list[PlotImage]:
+    """Plots read from `out_dir` and embedded as data URIs; a missing file gets a note.
+
+    Only PNG files inside `out_dir` are read, so a plot path cannot pull another file
+    into the report.
+    """
+    root = out_dir.resolve()
+    out = []
+    for p in plots:
+        file = (out_dir / p.path).resolve()
+        data_uri, problem = None, None
+        if not file.is_relative_to(root):
+            problem = "its path is outside the report folder"
+        elif not file.is_file():
+            problem = "the file is missing"
+        else:
+            data = file.read_bytes()
+            if not data.startswith(_PNG_SIGNATURE):
+                problem = "the file is not a PNG image"
+            else:
+                data_uri = "data:image/png;base64," + base64.b64encode(data).decode("ascii")
+        out.append(PlotImage(p.title, p.name, p.path, data_uri, problem))
+    return out
+
+
+def candidate_view(ev: Evidence) -> dict[str, Any] | None:
+    """The candidate's own words, with the fields the report shows always present."""
+    c = ev.candidate
+    if not c:
+        return None
+    return {
+        "candidate_id": c.get("candidate_id"),
+        "title": c.get("title"),
+        "summary": c.get("summary") or "",
+        "claim": c.get("claim"),
+        "default_behavior_changes": list(c.get("default_behavior_changes") or []),
+        "caveats": list(c.get("caveats") or []),
+        "pull_request": c.get("pull_request"),
+        "head": c.get("head") or {},
+    }
+
+
+def sorted_rounds(ev: Evidence) -> list[RoundValue]:
+    return sorted(ev.rounds, key=lambda r: (r.gpu, r.mode, r.concurrency, r.order))
+
+
+# --------------------------------------------------------------------- overflow levels
+
+
+@dataclass(frozen=True)
+class Detail:
+    """How much a Markdown text shows; the levels go from everything to the essentials."""
+
+    study: Literal["all", "key", "none"]  # every row / primary, guard, regressed / none
+    findings: Literal["all", "capped", "summary"]  # listed / per_code each / counts only
+    extras: bool = True  # compare links, plots, environment
+    left_out: str | None = None  # said at the top when something was left out
+    per_code: int | None = None
+
+
+COMMENT_LEVELS: tuple[Detail, ...] = (
+    Detail("all", "all"),
+    Detail(
+        "key",
+        "all",
+        left_out="study figures other than primary, guard and regressed rows were left out",
+    ),
+    Detail(
+        "key",
+        "capped",
+        per_code=FINDINGS_PER_CODE,
+        left_out="study figures other than primary, guard and regressed rows were left "
+        f"out, and at most {FINDINGS_PER_CODE} findings are listed per code",
+    ),
+    Detail(
+        "none",
+        "summary",
+        extras=False,
+        left_out="the study tables, the finding list, compare links, plots and the "
+        "environment were left out",
+    ),
+)
+
+# The check summary shows primary rows only ("key"), so it has one level less.
+CHECK_LEVELS: tuple[Detail, ...] = (
+    Detail("key", "all"),
+    Detail(
+        "key",
+        "capped",
+        per_code=FINDINGS_PER_CODE,
+        left_out=f"at most {FINDINGS_PER_CODE} findings are listed per code",
+    ),
+    Detail("none", "summary", left_out="the primary figures and the finding list were left out"),
+)
+
+
+def _fit(
+    render: Callable[[Detail, bool], str], levels: tuple[Detail, ...], tail: str, limit: int
+) -> str:
+    """The first level whose text fits `limit`; else the last level cut to fit."""
+    for d in levels:
+        text = render(d, True)
+        if len(text) <= limit:
+            return text
+    return hard_trim(render(levels[-1], False), tail, limit)
+
+
+_CUT_NOTE = (
+    "\n\n*This text was cut here to fit GitHub's limit of {limit:,} characters; "
+    "the full report has everything.*\n\n"
+)
+
+
+def _cut_at_line(text: str, n: int) -> str:
+    if len(text) <= n:
+        return text
+    cut = text[:n]
+    nl = cut.rfind("\n")
+    return cut[: nl + 1] if nl >= 0 else ""
+
+
+def _closers(text: str) -> str:
+    """Close a code fence or `<details>` that a cut left open."""
+    out = ""
+    fences = [ln.strip() for ln in text.splitlines() if ln.lstrip().startswith("```")]
+    if len(fences) % 2:
+        opener = fences[-1]
+        out += "\n" + opener[: len(opener) - len(opener.lstrip("`"))]
+    opened = text.count("<details>") - text.count("</details>")
+    out += "\n</details>" * max(0, opened)
+    return out
+
+
+def hard_trim(body: str, tail: str, limit: int) -> str:
+    """`body` cut at a line break so that body, a closing note and `tail` fit `limit`."""
+    note = _CUT_NOTE.format(limit=limit)
+    budget = limit - len(note) - len(tail)
+    if budget < 0:  # the tail alone does not fit: keep what does, from its start
+        return tail[:limit]
+    keep = budget
+    while True:
+        cut = _cut_at_line(body, keep)
+        kept = cut.rstrip("\n") + _closers(cut)
+        if len(kept) <= budget:
+            return kept + note + tail
+        keep = max(0, keep - (len(kept) - budget))
+
+
+# --------------------------------------------------------------------- public renderers
+
+
+def _md_context(ev: Evidence, report_url: str | None) -> dict[str, Any]:
+    return {
+        "ev": ev,
+        "report_url": report_url,
+        "marker": COMMENT_MARKER,
+        "verdict_note": verdict_note(ev),
+        "repro": reproduce_view(ev),
+        "counts": severity_counts(ev.audit),
+    }
+
+
+def _tail(ev: Evidence, report_url: str | None) -> str:
+    return _render_md("_tail.md.j2", report_url=report_url, repro=reproduce_view(ev))
+
+
+def render_comment(ev: Evidence, report_url: str | None) -> str:
+    """The evidence comment, at most COMMENT_LIMIT characters, ending with Reproduce."""
+    ctx = _md_context(ev, report_url)
+    configs = study_configs(ev.study)
+    n_other = sum(len(c.other) for c in configs)
+
+    def render(d: Detail, with_tail: bool) -> str:
+        return _render_md(
+            "comment.md.j2",
+            **ctx,
+            detail=d,
+            with_tail=with_tail,
+            configs=configs,
+            n_other=n_other,
+            groups=audit_groups(
+                ev.audit, d.per_code, codes_shown=CODES_SHOWN if d.findings == "summary" else None
+            ),
+            environments=environment_views(ev) if d.extras else [],
+        )
+
+    return _fit(render, COMMENT_LEVELS, _tail(ev, report_url), COMMENT_LIMIT)
+
+
+def render_check(ev: Evidence, report_url: str | None) -> str:
+    """The check-run summary, at most CHECK_LIMIT characters, ending with Reproduce."""
+    ctx = _md_context(ev, report_url)
+    primary = [r for r in ev.study if r.primary]
+
+    def render(d: Detail, with_tail: bool) -> str:
+        return _render_md(
+            "check.md.j2",
+            **ctx,
+            detail=d,
+            with_tail=with_tail,
+            primary=primary,
+            groups=audit_groups(
+                ev.audit,
+                d.per_code,
+                severities=("error", "warning"),
+                codes_shown=CODES_SHOWN if d.findings == "summary" else None,
+            ),
+        )
+
+    return _fit(render, CHECK_LEVELS, _tail(ev, report_url), CHECK_LIMIT)
+
+
+def render_pr_section(ev: Evidence, report_url: str | None) -> str:
+    """The short evidence section of the PR body, between SECTION_START and SECTION_END."""
+    return _render_md(
+        "pr_body.md.j2", **_md_context(ev, report_url), start=SECTION_START, end=SECTION_END
+    )
+
+
+def replace_pr_section(body: str | None, section: str) -> str:
+    """`body` with its evidence section replaced in place, or `section` appended.
+
+    The author's text outside the markers is kept byte for byte. Replacing is idempotent.
+    A start marker whose end marker was deleted is taken to run to the end of the body
+    (the section is always appended last). Later duplicate sections are removed.
+    """
+    core = section.strip("\n")
+    if not (core.startswith(SECTION_START) and core.endswith(SECTION_END)):
+        core = f"{SECTION_START}\n{core}\n{SECTION_END}"
+    text = body or ""
+    spans = _section_spans(text)
+    if not spans:
+        if not text.strip():
+            return core + "\n"
+        sep = "\n" if text.endswith("\n") else "\n\n"
+        return f"{text}{sep}{core}\n"
+    out, pos = [], 0
+    for i, (start, end) in enumerate(spans):
+        out.append(text[pos:start])
+        if i == 0:
+            out.append(core)
+        pos = end
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _section_spans(text: str) -> list[tuple[int, int]]:
+    spans = []
+    pos = 0
+    while (start := text.find(SECTION_START, pos)) >= 0:
+        end = text.find(SECTION_END, start + len(SECTION_START))
+        stop = len(text) if end < 0 else end + len(SECTION_END)
+        spans.append((start, stop))
+        pos = stop
+    return spans
+
+
+def render_report(ev: Evidence, out_dir: Path) -> str:
+    """The self-contained HTML report: every row, round and finding; plots embedded."""
+    return _render(
+        "report.html.j2",
+        ev=ev,
+        verdict_note=verdict_note(ev),
+        configs=study_configs(ev.study),
+        groups=audit_groups(ev.audit),
+        counts=severity_counts(ev.audit),
+        environments=environment_views(ev),
+        plots=plot_images(ev.plots, out_dir),
+        rounds=sorted_rounds(ev),
+        candidate=candidate_view(ev),
+        repro=reproduce_view(ev),
+    )
