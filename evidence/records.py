@@ -18,8 +18,8 @@ import orjson
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 
-# Per-request numeric columns every format is mapped onto (NaN where not reported).
-COLUMNS: tuple[str, ...] = (
+# Per-request numeric fields read as they are (NaN where not reported) ...
+FIELDS: tuple[str, ...] = (
     "latency_s",
     "engine_latency_s",
     "audio_duration_s",
@@ -29,9 +29,9 @@ COLUMNS: tuple[str, ...] = (
     "prompt_tokens",
     "completion_tokens",
     "audio_chunk_count",
-    "inter_chunk_max_s",
-    "inter_chunk_min_s",
 )
+# ... and derived from each request's list of inter-chunk gaps: every format has these.
+COLUMNS: tuple[str, ...] = (*FIELDS, "inter_chunk_max_s", "inter_chunk_min_s")
 
 
 class RecordError(ValueError):
@@ -143,17 +143,7 @@ def _sglang_omni(doc: dict[str, Any]) -> RunRecords:
         ids.append(str(rid))
     success = np.array([r.get("is_success") is True for r in rows], dtype=np.bool_)
     cols: dict[str, FloatArray] = {}
-    for name in (
-        "latency_s",
-        "engine_latency_s",
-        "audio_duration_s",
-        "rtf",
-        "audio_ttfp_s",
-        "text_ttft_s",
-        "prompt_tokens",
-        "completion_tokens",
-        "audio_chunk_count",
-    ):
+    for name in FIELDS:
         cols[name] = _floats([r.get(name) for r in rows], name)
     flat, lengths = _ragged([r.get("inter_chunk_s") or [] for r in rows], "inter_chunk_s")
     cols["inter_chunk_max_s"] = _row_reduce(flat, lengths, np.maximum, np.nan)
