@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from bot.config import Settings
+
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="rsi-bot")
@@ -80,3 +82,64 @@ def evidence(
     warnings = sum(1 for f in ev.audit if f.severity == "warning")
     click.echo(f"audit: {errors} error(s), {warnings} warning(s)")
     click.echo(f"report: {(out / 'report.html').resolve()}")
+
+
+def _settings() -> Settings:
+    from bot.config import ConfigError, load_settings
+
+    try:
+        return load_settings()
+    except ConfigError as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(2)
+
+
+@main.group()
+def db() -> None:
+    """Database schema."""
+
+
+@db.command("upgrade")
+def db_upgrade() -> None:
+    """Create or migrate the database to the newest schema (for deployments)."""
+    from bot.db import upgrade
+
+    settings = _settings()
+    upgrade(settings.DATABASE_URL)
+    click.echo("database is up to date")
+
+
+@main.command()
+@click.option("--workers", default=2, show_default=True, help="Worker threads.")
+def worker(workers: int) -> None:
+    """Run the queue consumer (the Procfile's `worker:`)."""
+    from bot import runtime
+
+    rt = runtime.build(_settings())
+    rt.huey.create_consumer(workers=workers, worker_type="thread", periodic=True).run()
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8000, show_default=True, type=int)
+@click.option("--workers", default=2, show_default=True, help="Queue worker threads.")
+def serve(host: str, port: int, workers: int) -> None:
+    """Run web and worker in one process on the embedded default (SQLite, local files)."""
+    import threading
+
+    from werkzeug.serving import make_server
+
+    from bot import runtime
+    from bot.app import create_app
+    from bot.db import upgrade
+
+    settings = _settings()
+    upgrade(settings.DATABASE_URL)
+    rt = runtime.build(settings)
+    server = make_server(host, port, create_app(rt=rt), threaded=True)
+    threading.Thread(target=server.serve_forever, name="web", daemon=True).start()
+    click.echo(f"rsi-bot listening on http://{host}:{port} (database {settings.DATABASE_URL})")
+    try:
+        rt.huey.create_consumer(workers=workers, worker_type="thread", periodic=True).run()
+    finally:
+        server.shutdown()

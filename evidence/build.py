@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import orjson
@@ -191,15 +192,31 @@ def _candidate_mismatch(cand: Candidate | None, sources: list[Source]) -> list[F
     return out
 
 
-def write(ev: Evidence, sources: list[Source], out: Path, public_url: str | None) -> None:
-    """Write evidence.json, evidence.md, check.md, pr-body.md, report.html and plots/."""
+def write(
+    ev: Evidence,
+    sources: list[Source],
+    out: Path,
+    public_url: str | None,
+    *,
+    plot_url: Callable[[str], str] | None = None,
+    report_url: str | None = None,
+) -> None:
+    """Write evidence.json, evidence.md, check.md, pr-body.md, report.html and plots/.
+
+    Links default to `public_url` (where DIR is served); the App passes `plot_url` and
+    `report_url` instead, to hand out signed URLs.
+    """
     from evidence.plots import make_plots
     from evidence.render import render_check, render_comment, render_pr_section, render_report
 
     out.mkdir(parents=True, exist_ok=True)
     cand = Candidate.model_validate(ev.candidate) if ev.candidate else None
     ev.plots = make_plots(ev, sources, cand, out, public_url)
-    report_url = f"{public_url.rstrip('/')}/report.html" if public_url else None
+    if plot_url is not None:
+        for plot in ev.plots:
+            plot.url = plot_url(plot.name)
+    if report_url is None and public_url:
+        report_url = f"{public_url.rstrip('/')}/report.html"
     (out / "evidence.md").write_text(render_comment(ev, report_url), encoding="utf-8")
     (out / "check.md").write_text(render_check(ev, report_url), encoding="utf-8")
     (out / "pr-body.md").write_text(render_pr_section(ev, report_url), encoding="utf-8")

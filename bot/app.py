@@ -1,0 +1,39 @@
+"""Flask app factory: `gunicorn 'bot.app:create_app()'`."""
+
+from __future__ import annotations
+
+import logging
+
+from flask import Flask, Response, jsonify
+from sqlalchemy import text
+
+from bot import runtime
+from bot.config import Settings, load_settings
+
+
+def create_app(settings: Settings | None = None, *, rt: runtime.Runtime | None = None) -> Flask:
+    settings = settings or (rt.settings if rt else load_settings())
+    logging.basicConfig(
+        level=settings.LOG_LEVEL, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    app = Flask(__name__)
+    app.config["MAX_CONTENT_LENGTH"] = 25 * 1024 * 1024  # GitHub caps payloads at 25 MB
+    app.extensions["rsi"] = rt or runtime.build(settings)
+
+    from bot import intake, reports, webhooks
+
+    app.register_blueprint(webhooks.bp)
+    app.register_blueprint(intake.bp)
+    app.register_blueprint(reports.bp)
+
+    @app.get("/healthz")
+    def healthz() -> tuple[Response, int]:
+        r: runtime.Runtime = app.extensions["rsi"]
+        try:
+            with r.db.session() as s:
+                s.execute(text("SELECT 1"))
+        except Exception as exc:
+            return jsonify(ok=False, database=str(exc.__class__.__name__)), 503
+        return jsonify(ok=True), 200
+
+    return app

@@ -1,0 +1,98 @@
+"""The App's configuration: environment variables, validated once at boot (12-factor).
+
+`load_settings()` fails with one message naming every missing or malformed variable;
+secrets are `SecretStr`, so they never appear in a repr or a log line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DATA_DIR = Path.home() / ".local" / "share" / "rsi-bot"
+
+
+class ConfigError(Exception):
+    """Configuration that cannot run the App; the message names each variable."""
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_file=".env", env_file_encoding="utf-8", extra="ignore", case_sensitive=True
+    )
+
+    APP_ID: int
+    PRIVATE_KEY: SecretStr | None = None
+    PRIVATE_KEY_PATH: Path | None = None
+    WEBHOOK_SECRET: SecretStr
+    RSI_INTAKE_SECRET: SecretStr
+    GITHUB_API_URL: str = "https://api.github.com"
+    GITHUB_WEB_URL: str | None = None
+    PUBLIC_URL: str = "http://localhost:8000"
+    DATABASE_URL: str = f"sqlite:///{DATA_DIR / 'rsi-bot.db'}"
+    REDIS_URL: str | None = None
+    QUEUE_PATH: Path = DATA_DIR / "queue.db"
+    ARTIFACT_STORE: str = str(DATA_DIR / "artifacts")
+    AWS_ENDPOINT_URL: str | None = None
+    RSI_RUNNER_REPO: str = Field(pattern=r"^[\w.-]+/[\w.-]+$")
+    RSI_WORKFLOW: str = "rsi-verify.yml"
+    RSI_TRUSTED_PUSHERS: str = ""
+    RSI_DEFAULT_ROUNDS: int = Field(default=5, ge=2, le=50)
+    RSI_DEFAULT_MODES: str = "streaming,non-streaming"
+    RSI_RUN_TIMEOUT_S: int = Field(default=6 * 3600, ge=60)
+    RSI_LEASE_S: int = Field(default=600, ge=5)
+    SENTRY_DSN: SecretStr | None = None
+    LOG_LEVEL: str = "INFO"
+
+    @field_validator("GITHUB_API_URL", "PUBLIC_URL")
+    @classmethod
+    def _no_trailing_slash(cls, v: str) -> str:
+        return v.rstrip("/")
+
+    @model_validator(mode="after")
+    def _key_given(self) -> Settings:
+        if self.PRIVATE_KEY is None and self.PRIVATE_KEY_PATH is None:
+            raise ValueError("set PRIVATE_KEY or PRIVATE_KEY_PATH (the App's private key)")
+        return self
+
+    def private_key(self) -> str:
+        if self.PRIVATE_KEY is not None:
+            # Keys pasted into one-line environments often carry literal "\n".
+            return self.PRIVATE_KEY.get_secret_value().replace("\\n", "\n")
+        assert self.PRIVATE_KEY_PATH is not None
+        return self.PRIVATE_KEY_PATH.expanduser().read_text()
+
+    @property
+    def web_url(self) -> str:
+        """github.com for the public API; `https://HOST` for Enterprise's `/api/v3`."""
+        if self.GITHUB_WEB_URL:
+            return self.GITHUB_WEB_URL.rstrip("/")
+        if self.GITHUB_API_URL == "https://api.github.com":
+            return "https://github.com"
+        return self.GITHUB_API_URL.removesuffix("/api/v3")
+
+    @property
+    def trusted_pushers(self) -> frozenset[str]:
+        return frozenset(
+            x.strip().lower() for x in self.RSI_TRUSTED_PUSHERS.split(",") if x.strip()
+        )
+
+    @property
+    def modes(self) -> list[str]:
+        return [m.strip() for m in self.RSI_DEFAULT_MODES.split(",") if m.strip()]
+
+
+def load_settings(**overrides: object) -> Settings:
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            name = ".".join(str(x) for x in err["loc"]) or "configuration"
+            what = "is missing" if err["type"] == "missing" else err["msg"]
+            lines.append(f"  {name}: {what}")
+        raise ConfigError(
+            "rsi-bot cannot start; fix these environment variables:\n" + "\n".join(lines)
+        ) from None

@@ -1,0 +1,86 @@
+"""Database engine, sessions and migrations (SQLAlchemy 2 + Alembic).
+
+`DATABASE_URL` takes the usual forms (`sqlite:///path`, `postgresql://user@host:port/db`);
+PostgreSQL URLs are routed to psycopg 3. Migrations ship inside the package, so
+`upgrade()` works from any working directory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+
+
+def normalize_url(url: str) -> str:
+    for prefix in ("postgres://", "postgresql://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url
+
+
+def make_engine(url: str) -> Engine:
+    url = normalize_url(url)
+    parsed = make_url(url)
+    kwargs: dict[str, Any] = {"future": True, "pool_pre_ping": True}
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        kwargs["connect_args"] = {"timeout": 30, "check_same_thread": False}
+    engine = create_engine(url, **kwargs)
+    if parsed.get_backend_name() == "sqlite":
+        event.listen(engine, "connect", _sqlite_pragmas)
+    return engine
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    # WAL lets the web process read while the worker writes; foreign keys are off by default.
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.execute("PRAGMA busy_timeout=30000")
+    cur.close()
+
+
+def alembic_config(url: str) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.set_main_option("sqlalchemy.url", normalize_url(url).replace("%", "%%"))
+    return cfg
+
+
+def upgrade(url: str) -> None:
+    """Create or migrate the schema to the newest revision."""
+    engine = make_engine(url)
+    with engine.begin() as conn:
+        cfg = alembic_config(url)
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+    engine.dispose()
+
+
+class Database:
+    """One engine and session factory per process."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = make_engine(url)
+        self.sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """A transaction: committed on success, rolled back on error."""
+        with self.sessions() as s, s.begin():
+            yield s
+
+    def dispose(self) -> None:
+        self.engine.dispose()

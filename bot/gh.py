@@ -1,0 +1,103 @@
+"""GitHub access as the App: JWT, installation tokens, retries, rate limits, pagination.
+
+PyGithub does the heavy lifting: `AppInstallationAuth` caches each installation token and
+renews it shortly before it expires; `GithubRetry` retries 5xx and waits out primary and
+secondary rate limits as `retry-after` / `x-ratelimit-reset` say. Every list is read
+through PyGithub's `PaginatedList`, never just its first page.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+import requests
+from github import Auth, Github, GithubException, GithubIntegration, GithubRetry
+from github.Repository import Repository
+
+from bot.config import Settings
+
+USER_AGENT = "rsi-bot"
+
+
+def _retry() -> GithubRetry:
+    # 429 joins GithubRetry's 5xx and 403 handling; waits are capped so a job does not hang.
+    return GithubRetry(
+        total=6,
+        backoff_factor=0.5,
+        secondary_rate_wait=30,
+        max_rate_limit_wait=900,
+        status_forcelist=[*range(500, 600), 429],
+    )
+
+
+class GitHubApp:
+    """One per process; thread-safe enough for gunicorn threads and huey workers."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.base_url = settings.GITHUB_API_URL
+        self._auth = Auth.AppAuth(settings.APP_ID, settings.private_key())
+        self._integration = GithubIntegration(
+            auth=self._auth, base_url=self.base_url, retry=_retry(), user_agent=USER_AGENT
+        )
+        self._clients: dict[int, Github] = {}
+        self._installations: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def installation_id(self, repo: str) -> int:
+        with self._lock:
+            if repo in self._installations:
+                return self._installations[repo]
+        owner, name = repo.split("/", 1)
+        iid = self._integration.get_repo_installation(owner, name).id
+        with self._lock:
+            self._installations[repo] = iid
+        return iid
+
+    def client(self, installation_id: int) -> Github:
+        with self._lock:
+            gh = self._clients.get(installation_id)
+            if gh is None:
+                gh = Github(
+                    auth=self._auth.get_installation_auth(installation_id),
+                    base_url=self.base_url,
+                    retry=_retry(),
+                    per_page=100,
+                    user_agent=USER_AGENT,
+                )
+                self._clients[installation_id] = gh
+            return gh
+
+    def repo(self, repo: str, installation_id: int | None = None) -> Repository:
+        gh = self.client(installation_id or self.installation_id(repo))
+        return gh.get_repo(repo, lazy=True)
+
+    def request(
+        self, installation_id: int, method: str, path: str, body: dict[str, Any] | None = None
+    ) -> tuple[int, dict[str, Any]]:
+        """A raw REST call for what PyGithub does not model, with its auth and retries."""
+        gh = self.client(installation_id)
+        status, _headers, data = gh.requester.requestJson(method, path, input=body)
+        if status >= 400:
+            raise GithubException(status, _json(data), None)
+        return status, _json(data)
+
+    def download(self, installation_id: int, path: str) -> bytes:
+        """Fetch a redirecting download (artifact zips): the API answers 302 with a
+        short-lived blob URL that must be fetched *without* our token."""
+        gh = self.client(installation_id)
+        status, headers, data = gh.requester.requestJson("GET", path)
+        location = headers.get("location") or headers.get("Location")
+        if status not in (301, 302, 303, 307, 308) or not location:
+            raise GithubException(status, _json(data) or {"message": "no redirect"}, None)
+        resp = requests.get(location, timeout=120)
+        resp.raise_for_status()
+        return resp.content
+
+
+def _json(data: str | None) -> dict[str, Any]:
+    if not data:
+        return {}
+    doc = json.loads(data)
+    return doc if isinstance(doc, dict) else {"items": doc}

@@ -1,0 +1,159 @@
+"""Persistent state. The database is the truth about every verification: the queue only
+carries hints, so a lost job is found again by the reconciler (see `bot/reconcile.py`)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+# Verification states, in the order a verification normally passes through them.
+QUEUED, DISPATCHED, RUNNING, INGESTING = "queued", "dispatched", "running", "ingesting"
+PUBLISHED, FAILED, CANCELLED, SUPERSEDED, TIMED_OUT = (
+    "published",
+    "failed",
+    "cancelled",
+    "superseded",
+    "timed-out",
+)
+ACTIVE = (QUEUED, DISPATCHED, RUNNING, INGESTING)
+FINAL = (PUBLISHED, FAILED, CANCELLED, SUPERSEDED, TIMED_OUT)
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+class Base(DeclarativeBase):
+    # GitHub ids (comments, check runs, workflow runs) pass 2**31: BigInteger throughout.
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
+        dict[str, Any]: JSON,
+        list[Any]: JSON,
+        dt.datetime: DateTime(timezone=True),
+    }
+
+
+class Delivery(Base):
+    """A webhook delivery or an intake request, kept before it is acknowledged."""
+
+    __tablename__ = "deliveries"
+    id: Mapped[str] = mapped_column(String(100), primary_key=True)
+    source: Mapped[str] = mapped_column(String(20))  # github | intake
+    event: Mapped[str] = mapped_column(String(60))
+    action: Mapped[str | None] = mapped_column(String(60))
+    installation_id: Mapped[int | None] = mapped_column(BigInteger)
+    payload: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(20), default="queued")  # queued|done|failed
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    error: Mapped[str | None] = mapped_column(Text)
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    received_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    processed_at: Mapped[dt.datetime | None]
+
+
+class Installation(Base):
+    __tablename__ = "installations"
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    account: Mapped[str] = mapped_column(String(200))
+    target_type: Mapped[str | None] = mapped_column(String(40))
+    repositories: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    active: Mapped[bool] = mapped_column(default=True)
+    updated_at: Mapped[dt.datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+
+class PullRequest(Base):
+    __tablename__ = "pull_requests"
+    __table_args__ = (UniqueConstraint("repo", "number"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    repo: Mapped[str] = mapped_column(String(200))
+    number: Mapped[int] = mapped_column(Integer)
+    head_repo: Mapped[str] = mapped_column(String(200))
+    head_ref: Mapped[str] = mapped_column(String(255))
+    head_sha: Mapped[str] = mapped_column(String(64))
+    base_ref: Mapped[str] = mapped_column(String(255))
+    html_url: Mapped[str | None] = mapped_column(String(500))
+    comment_id: Mapped[int | None] = mapped_column(BigInteger)
+    state: Mapped[str] = mapped_column(String(20), default="open")
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+class Verification(Base):
+    __tablename__ = "verifications"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    candidate_id: Mapped[str | None] = mapped_column(String(200))
+    repo: Mapped[str] = mapped_column(String(200), index=True)
+    pr_number: Mapped[int | None] = mapped_column(Integer)
+    task: Mapped[str] = mapped_column(String(100))
+    base_sha: Mapped[str] = mapped_column(String(64))
+    head_sha: Mapped[str] = mapped_column(String(64))
+    head_repo: Mapped[str] = mapped_column(String(200))
+    head_ref: Mapped[str] = mapped_column(String(255))
+    gpus: Mapped[list[Any]] = mapped_column(JSON)
+    rounds: Mapped[int] = mapped_column(Integer)
+    modes: Mapped[list[Any]] = mapped_column(JSON)
+    candidate: Mapped[dict[str, Any]] = mapped_column(JSON)
+    trigger: Mapped[str] = mapped_column(String(200), default="intake")
+    state: Mapped[str] = mapped_column(String(20), default=QUEUED, index=True)
+    reason: Mapped[str | None] = mapped_column(Text)
+    verdict: Mapped[str | None] = mapped_column(String(20))
+    claim_status: Mapped[str | None] = mapped_column(String(20))
+    headline: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    check_run_id: Mapped[int | None] = mapped_column(BigInteger)
+    installation_id: Mapped[int | None] = mapped_column(BigInteger)
+    lease_until: Mapped[dt.datetime | None]
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[dt.datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+    dispatched_at: Mapped[dt.datetime | None]
+    published_at: Mapped[dt.datetime | None]
+    jobs: Mapped[list[RunnerJob]] = relationship(
+        back_populates="verification", order_by="RunnerJob.gpu"
+    )
+
+
+class RunnerJob(Base):
+    """One GPU's workflow run of a verification."""
+
+    __tablename__ = "runner_jobs"
+    __table_args__ = (UniqueConstraint("verification_id", "gpu"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    verification_id: Mapped[str] = mapped_column(ForeignKey("verifications.id"))
+    gpu: Mapped[str] = mapped_column(String(20))
+    state: Mapped[str] = mapped_column(String(20), default="pending")
+    workflow_run_id: Mapped[int | None] = mapped_column(BigInteger, index=True)
+    html_url: Mapped[str | None] = mapped_column(String(500))
+    conclusion: Mapped[str | None] = mapped_column(String(40))
+    bundle_key: Mapped[str | None] = mapped_column(String(500))
+    dispatched_at: Mapped[dt.datetime | None]
+    completed_at: Mapped[dt.datetime | None]
+    verification: Mapped[Verification] = relationship(back_populates="jobs")
+
+
+class BaselineMeasurement(Base):
+    """Every measurement of `main` (the base side), the history the engine compares to."""
+
+    __tablename__ = "baseline_measurements"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    repo: Mapped[str] = mapped_column(String(200))
+    task: Mapped[str] = mapped_column(String(100), index=True)
+    gpu: Mapped[str] = mapped_column(String(20))
+    mode: Mapped[str] = mapped_column(String(20))
+    concurrency: Mapped[int] = mapped_column(Integer)
+    metric: Mapped[str] = mapped_column(String(60))
+    value: Mapped[float] = mapped_column(Float)
+    sha: Mapped[str] = mapped_column(String(64))
+    verification_id: Mapped[str] = mapped_column(String(40))
+    fingerprint: Mapped[dict[str, Any]] = mapped_column(JSON)
+    measured_at: Mapped[dt.datetime] = mapped_column(default=utcnow)

@@ -1,0 +1,78 @@
+"""What a process needs, built once from the settings: database, GitHub, artifact store,
+URL signer and the queue. Flask keeps it in `app.extensions["rsi"]`; the worker makes its
+own; jobs reach it through `current()`."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from huey import Huey, RedisHuey, SqliteHuey
+
+from bot.artifacts import ArtifactStore, store_from_url
+from bot.config import Settings
+from bot.db import Database
+from bot.gh import GitHubApp
+from bot.signing import UrlSigner
+
+if TYPE_CHECKING:
+    from bot.tasks import Tasks
+
+log = logging.getLogger(__name__)
+_current: Runtime | None = None
+
+
+def make_huey(settings: Settings, immediate: bool = False) -> Huey:
+    if settings.REDIS_URL:
+        return RedisHuey("rsi-bot", url=settings.REDIS_URL, immediate=immediate)
+    settings.QUEUE_PATH.expanduser().parent.mkdir(parents=True, exist_ok=True)
+    return SqliteHuey(
+        "rsi-bot", filename=str(settings.QUEUE_PATH.expanduser()), immediate=immediate
+    )
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    db: Database
+    github: GitHubApp
+    store: ArtifactStore
+    signer: UrlSigner
+    huey: Huey
+    tasks: Tasks = field(init=False)
+
+    def __post_init__(self) -> None:
+        from bot.tasks import Tasks
+
+        self.tasks = Tasks(self.huey)
+
+    def enqueue_delivery(self, delivery_id: str) -> None:
+        """Best effort: a delivery left `queued` is picked up again by the reconciler."""
+        try:
+            self.tasks.process_delivery(delivery_id)
+        except Exception:
+            log.exception("could not enqueue delivery %s; the reconciler will", delivery_id)
+
+    def report_url(self, verification_id: str) -> str:
+        return self.signer.report_url(self.settings.PUBLIC_URL, verification_id)
+
+
+def build(settings: Settings, *, immediate: bool = False) -> Runtime:
+    global _current
+    rt = Runtime(
+        settings=settings,
+        db=Database(settings.DATABASE_URL),
+        github=GitHubApp(settings),
+        store=store_from_url(settings.ARTIFACT_STORE, settings.AWS_ENDPOINT_URL),
+        signer=UrlSigner(settings.WEBHOOK_SECRET.get_secret_value()),
+        huey=make_huey(settings, immediate=immediate),
+    )
+    _current = rt
+    return rt
+
+
+def current() -> Runtime:
+    if _current is None:
+        raise RuntimeError("rsi-bot runtime not initialised")
+    return _current

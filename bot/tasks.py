@@ -1,0 +1,152 @@
+"""Queue jobs. Each is idempotent and retried with exponential backoff by huey; the
+reconciler re-queues whatever a killed worker lost, because huey does not acknowledge."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from typing import Any
+
+import orjson
+from huey import Huey, crontab
+from sqlalchemy import select
+
+from bot import runtime
+
+log = logging.getLogger(__name__)
+
+RETRY: dict[str, Any] = {"retries": 8, "retry_delay": 2, "retry_backoff": 2}
+
+
+def process_delivery(delivery_id: str) -> None:
+    from bot.features import router
+    from bot.models import Delivery, utcnow
+
+    rt = runtime.current()
+    with rt.db.session() as s:
+        d = s.get(Delivery, delivery_id)
+        if d is None or d.status == "done":
+            return
+        d.attempts += 1
+        event, payload = d.event, orjson.loads(d.payload)
+    try:
+        handled = router.dispatch(event, payload)
+    except Exception as exc:
+        with rt.db.session() as s:
+            d = s.get(Delivery, delivery_id)
+            assert d is not None
+            d.error = f"{type(exc).__name__}: {exc}"[:2000]
+        log.exception("delivery %s (%s) failed", delivery_id, event)
+        raise
+    with rt.db.session() as s:
+        d = s.get(Delivery, delivery_id)
+        assert d is not None
+        d.status, d.processed_at, d.error = "done", utcnow(), None
+        d.result = {"handlers": handled}
+
+
+def start(vid: str) -> None:
+    from bot import flow
+
+    flow.start(runtime.current(), vid)
+
+
+def dispatch(vid: str) -> None:
+    from bot import flow
+
+    flow.dispatch(runtime.current(), vid)
+
+
+def locate_runs(vid: str) -> None:
+    from huey.exceptions import RetryTask
+
+    from bot import flow
+
+    if not flow.locate_runs(runtime.current(), vid):
+        raise RetryTask("dispatched run not listed yet", delay=15)
+
+
+def ingest(vid: str, gpu: str) -> None:
+    from bot import publish
+
+    publish.ingest(runtime.current(), vid, gpu)
+
+
+def publish_(vid: str) -> None:
+    from bot import publish
+
+    publish.publish(runtime.current(), vid)
+
+
+def reconcile() -> None:
+    """Re-queue lost work; time out runners that never reported back."""
+    from bot import flow
+    from bot.models import DISPATCHED, RUNNING, TIMED_OUT, Delivery, Verification, utcnow
+
+    rt = runtime.current()
+    now = utcnow()
+    with rt.db.session() as s:
+        stale = now - dt.timedelta(seconds=60)
+        lost = list(
+            s.scalars(
+                select(Delivery.id).where(
+                    Delivery.status == "queued",
+                    Delivery.received_at < stale,
+                    Delivery.attempts < 20,
+                )
+            )
+        )
+        steps = flow.stuck(rt, s)
+        limit = now - dt.timedelta(seconds=rt.settings.RSI_RUN_TIMEOUT_S)
+        for v in s.scalars(
+            select(Verification).where(Verification.state.in_((DISPATCHED, RUNNING)))
+        ):
+            if v.dispatched_at is not None and flow._aware(v.dispatched_at) < limit:
+                _cancel_runs(rt, v)
+                flow.end(
+                    rt,
+                    s,
+                    v,
+                    TIMED_OUT,
+                    "The GPU runners did not report back within "
+                    f"{rt.settings.RSI_RUN_TIMEOUT_S // 60} minutes; the runs were "
+                    "cancelled.",
+                )
+    for delivery_id in lost:
+        rt.tasks.process_delivery(delivery_id)
+    for vid, step in steps:
+        log.warning("re-queueing %s of %s (lease expired)", step, vid)
+        if step == "start":
+            rt.tasks.start(vid)
+        elif step == "publish":
+            rt.tasks.publish(vid)
+        else:
+            rt.tasks.ingest(vid, step.split(":", 1)[1])
+
+
+def _cancel_runs(rt: runtime.Runtime, v: Any) -> None:
+    runner = rt.settings.RSI_RUNNER_REPO
+    for job in v.jobs:
+        if job.workflow_run_id and job.state in ("dispatched", "running"):
+            try:
+                rt.github.request(
+                    rt.github.installation_id(runner),
+                    "POST",
+                    f"/repos/{runner}/actions/runs/{job.workflow_run_id}/cancel",
+                )
+            except Exception:
+                log.exception("could not cancel run %s", job.workflow_run_id)
+            job.state = "cancelled"
+
+
+class Tasks:
+    """The queue's task handles, bound to one huey instance (SQLite or Redis)."""
+
+    def __init__(self, huey: Huey) -> None:
+        self.process_delivery = huey.task(name="process_delivery", **RETRY)(process_delivery)
+        self.start = huey.task(name="start", **RETRY)(start)
+        self.dispatch = huey.task(name="dispatch", **RETRY)(dispatch)
+        self.locate_runs = huey.task(name="locate_runs", retries=40)(locate_runs)
+        self.ingest = huey.task(name="ingest", **RETRY)(ingest)
+        self.publish = huey.task(name="publish", **RETRY)(publish_)
+        self.reconcile = huey.periodic_task(crontab(minute="*"), name="reconcile")(reconcile)
