@@ -36,6 +36,10 @@ class Settings(BaseSettings):
     QUEUE_PATH: Path = DATA_DIR / "queue.db"
     ARTIFACT_STORE: str = str(DATA_DIR / "artifacts")
     AWS_ENDPOINT_URL: str | None = None
+    # GitHub asks integrators to space mutating requests about a second apart (secondary
+    # rate limits); PyGithub enforces both intervals per client.
+    GITHUB_READ_INTERVAL_S: float = Field(default=0.25, ge=0)
+    GITHUB_WRITE_INTERVAL_S: float = Field(default=1.0, ge=0)
     RSI_RUNNER_REPO: str = Field(pattern=r"^[\w.-]+/[\w.-]+$")
     RSI_WORKFLOW: str = "rsi-verify.yml"
     RSI_TRUSTED_PUSHERS: str = ""

@@ -186,7 +186,7 @@ def dispatch(rt: Runtime, vid: str) -> None:
             return
         runner = rt.settings.RSI_RUNNER_REPO
         iid = rt.github.installation_id(runner)
-        default_branch = rt.github.repo(runner, iid).default_branch
+        default_branch = rt.github.default_branch(runner, iid)
         for job in v.jobs:
             if job.state != "pending":
                 continue
@@ -268,39 +268,42 @@ def locate_runs(rt: Runtime, vid: str) -> bool:
 # ----------------------------------------------------------------------- runner events
 
 
-def job_for_run(s: Session, run: dict[str, Any]) -> RunnerJob | None:
+def job_for_run(s: Session, run: dict[str, Any]) -> tuple[RunnerJob | None, bool]:
+    """The job a runner's workflow run belongs to, and whether its URL was news to us."""
     job = s.scalar(select(RunnerJob).where(RunnerJob.workflow_run_id == run.get("id")))
     if job is not None:
-        return job
+        return job, False
     m = RUN_NAME.search(str(run.get("display_title") or run.get("name") or ""))
     if not m:
-        return None
+        return None, False
     job = s.scalar(
         select(RunnerJob).where(
             RunnerJob.verification_id == m.group(1), RunnerJob.gpu == m.group(2).upper()
         )
     )
-    if job is not None and job.workflow_run_id is None:
-        job.workflow_run_id, job.html_url = int(run["id"]), run.get("html_url")
-    return job
+    if job is None or job.workflow_run_id is not None:
+        return job, False
+    job.workflow_run_id, job.html_url = int(run["id"]), run.get("html_url")
+    return job, True
 
 
 def runner_started(rt: Runtime, run: dict[str, Any]) -> None:
     with rt.db.session() as s:
-        job = job_for_run(s, run)
+        job, learnt = job_for_run(s, run)
         if job is None or job.state not in ("dispatched", "pending"):
             return
         job.state = "running"
         v = job.verification
         if v.state == DISPATCHED:
             v.state = RUNNING
+        if learnt and v.check_run_id is not None:  # the check run can now link the run
             _check_in_progress(rt, v)
 
 
 def runner_completed(rt: Runtime, run: dict[str, Any]) -> None:
     conclusion = str(run.get("conclusion") or "unknown")
     with rt.db.session() as s:
-        job = job_for_run(s, run)
+        job, _ = job_for_run(s, run)
         if job is None or job.verification.state in FINAL:
             return
         job.conclusion, job.completed_at = conclusion, utcnow()

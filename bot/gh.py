@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from typing import Any
 
 import requests
@@ -37,12 +38,20 @@ class GitHubApp:
 
     def __init__(self, settings: Settings) -> None:
         self.base_url = settings.GITHUB_API_URL
+        self._reads = settings.GITHUB_READ_INTERVAL_S or None
+        self._writes = settings.GITHUB_WRITE_INTERVAL_S or None
         self._auth = Auth.AppAuth(settings.APP_ID, settings.private_key())
         self._integration = GithubIntegration(
-            auth=self._auth, base_url=self.base_url, retry=_retry(), user_agent=USER_AGENT
+            auth=self._auth,
+            base_url=self.base_url,
+            retry=_retry(),
+            user_agent=USER_AGENT,
+            seconds_between_requests=self._reads,
+            seconds_between_writes=self._writes,
         )
         self._clients: dict[int, Github] = {}
         self._installations: dict[str, int] = {}
+        self._default_branches: dict[str, tuple[str, float]] = {}
         self._lock = threading.Lock()
 
     def installation_id(self, repo: str) -> int:
@@ -65,13 +74,28 @@ class GitHubApp:
                     retry=_retry(),
                     per_page=100,
                     user_agent=USER_AGENT,
+                    lazy=True,
+                    seconds_between_requests=self._reads,
+                    seconds_between_writes=self._writes,
                 )
                 self._clients[installation_id] = gh
             return gh
 
+    def default_branch(self, repo: str, installation_id: int | None = None) -> str:
+        """Cached for an hour: it rarely changes and every verification needs it twice."""
+        now = time.monotonic()
+        with self._lock:
+            hit = self._default_branches.get(repo)
+        if hit is not None and now - hit[1] < 3600:
+            return hit[0]
+        branch = self.repo(repo, installation_id).default_branch
+        with self._lock:
+            self._default_branches[repo] = (branch, now)
+        return branch
+
     def repo(self, repo: str, installation_id: int | None = None) -> Repository:
         gh = self.client(installation_id or self.installation_id(repo))
-        return gh.get_repo(repo, lazy=True)
+        return gh.get_repo(repo)
 
     def request(
         self, installation_id: int, method: str, path: str, body: dict[str, Any] | None = None

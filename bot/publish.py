@@ -89,10 +89,12 @@ def _fetch_bundle(rt: Runtime, v: Verification, gpu: str, run_id: int | None) ->
     runner = rt.settings.RSI_RUNNER_REPO
     if run_id is not None:
         iid = rt.github.installation_id(runner)
-        run = rt.github.repo(runner, iid).get_workflow_run(run_id)
-        for art in run.get_artifacts():
-            if art.name == name and not art.expired:
-                return rt.github.download(iid, f"/repos/{runner}/actions/artifacts/{art.id}/zip")
+        _, listing = rt.github.request(
+            iid, "GET", f"/repos/{runner}/actions/runs/{run_id}/artifacts?name={name}"
+        )
+        for art in listing.get("artifacts", []):
+            if art.get("name") == name and not art.get("expired"):
+                return rt.github.download(iid, f"/repos/{runner}/actions/artifacts/{art['id']}/zip")
     # Runners may put the bundle on S3 instead (`<prefix>/<verification-id>/<gpu>.zip`).
     for key in (f"{v.id}/{gpu.lower()}.zip", f"{v.id}/{gpu}.zip"):
         if rt.store.exists(key):

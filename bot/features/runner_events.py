@@ -22,7 +22,7 @@ def run_requested(payload: Payload) -> None:
     if _ours(payload):
         rt = runtime.current()
         with rt.db.session() as s:
-            flow.job_for_run(s, payload["workflow_run"])
+            flow.job_for_run(s, payload["workflow_run"])  # learns the run id by run-name
 
 
 @router.register("workflow_run", "in_progress")

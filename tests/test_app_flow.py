@@ -1,0 +1,316 @@
+"""The core loop end to end, against the GitHub stand-in (real HTTP, OpenAPI-checked):
+intake → PR and check run → dispatch → `workflow_run` completed with a real bundle zip →
+comment, PR-body section, check conclusion and report page."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from bot import runtime
+from bot.app import create_app
+from bot.db import upgrade
+from bot.models import Delivery, Verification
+from evidence.render import COMMENT_MARKER, SECTION_END, SECTION_START
+from evidence.synth import BASE_SHA, HEAD_SHA
+from tests import appkit
+from tests.standin import GitHubStandIn, serve
+
+
+@pytest.fixture
+def github() -> Iterator[GitHubStandIn]:
+    with serve(app_id=appkit.APP_ID) as gh:
+        gh.add_repo(appkit.UPSTREAM, default_sha=BASE_SHA)
+        gh.add_repo(appkit.FORK, fork=True)
+        gh.add_branch(appkit.FORK, appkit.HEAD_REF, HEAD_SHA)
+        gh.add_repo(appkit.RUNNER)
+        gh.add_workflow(
+            appkit.RUNNER,
+            "rsi-verify.yml",
+            inputs=[
+                "verification_id",
+                "repo",
+                "pr",
+                "base_sha",
+                "head_repo",
+                "head_sha",
+                "task",
+                "gpu",
+                "rounds",
+                "modes",
+            ],
+            required=["verification_id", "gpu"],
+        )
+        yield gh
+
+
+@pytest.fixture
+def app(tmp_path: Path, github: GitHubStandIn) -> Iterator[Flask]:
+    settings = appkit.settings(tmp_path, github.url)
+    upgrade(settings.DATABASE_URL)
+    rt = runtime.build(settings, immediate=True)
+    yield create_app(rt=rt)
+    rt.db.dispose()
+
+
+@pytest.fixture
+def client(app: Flask) -> FlaskClient:
+    return app.test_client()
+
+
+def rt(app: Flask) -> runtime.Runtime:
+    r: runtime.Runtime = app.extensions["rsi"]
+    return r
+
+
+def promote(client: FlaskClient, delivery: str = "d-1", **changes: Any) -> dict[str, Any]:
+    body = appkit.dumps(appkit.candidate(**changes))
+    resp = client.post(
+        "/api/v1/candidates", data=body, headers=appkit.intake_headers(body, delivery)
+    )
+    assert resp.status_code == 202, resp.get_data(as_text=True)
+    answer: dict[str, Any] = resp.get_json()
+    return answer
+
+
+def deliver(client: FlaskClient, event: str, payload: dict[str, Any], delivery: str) -> int:
+    body = orjson.dumps(payload)
+    resp = client.post(
+        "/webhooks/github", data=body, headers=appkit.webhook_headers(body, event, delivery)
+    )
+    return resp.status_code
+
+
+def verification(app: Flask, vid: str) -> Verification:
+    with rt(app).db.session() as s:
+        v = s.get(Verification, vid)
+        assert v is not None
+        _ = list(v.jobs)
+        return v
+
+
+def finish_run(
+    app: Flask,
+    client: FlaskClient,
+    github: GitHubStandIn,
+    tmp_path: Path,
+    vid: str,
+    delivery: str,
+    **spec: Any,
+) -> None:
+    v = verification(app, vid)
+    run_id = v.jobs[0].workflow_run_id
+    assert run_id is not None
+    github.add_artifact(
+        appkit.RUNNER, run_id, f"rsi-bundle-{vid}-h200", appkit.bundle_zip(tmp_path, vid, **spec)
+    )
+    assert (
+        deliver(
+            client, "workflow_run", github.start_run(appkit.RUNNER, run_id), delivery + "-start"
+        )
+        == 202
+    )
+    assert (
+        deliver(client, "workflow_run", github.complete_run(appkit.RUNNER, run_id), delivery) == 202
+    )
+
+
+def test_candidate_to_published_evidence(
+    app: Flask, client: FlaskClient, github: GitHubStandIn, tmp_path: Path
+) -> None:
+    answer = promote(client)
+    vid = answer["verification_id"]
+    v = verification(app, vid)
+    assert v.state == "dispatched"
+    assert v.pr_number is not None
+    pull = github.pulls[appkit.UPSTREAM.lower()][v.pr_number]
+    assert pull.title.startswith("CosyVoice3: idle encoder threads")
+    assert SECTION_START in (pull.body or "")
+    # One dispatch per GPU, with the contract's inputs, on the runner repo's default branch.
+    assert len(github.dispatches) == 1
+    dispatch = github.dispatches[0]
+    assert dispatch["inputs"]["verification_id"] == vid
+    assert dispatch["inputs"]["gpu"] == "h200"
+    assert dispatch["inputs"]["head_sha"] == HEAD_SHA
+    assert v.check_run_id is not None
+    updates = github.check_run_updates(v.check_run_id)
+    assert updates[0]["status"] == "queued"
+    assert updates[-1]["status"] == "in_progress"
+
+    finish_run(app, client, github, tmp_path, vid, "run-done-1")
+    v = verification(app, vid)
+    assert v.state == "published", v.reason
+    assert v.verdict == "improved"
+    final = github.check_run_updates(v.check_run_id)[-1]
+    assert final["conclusion"] == "success"
+    assert (
+        final["output"]["summary"].rstrip().endswith("</details>")
+        or "Reproduce" in final["output"]["summary"]
+    )
+    comments = github.comments_on(appkit.UPSTREAM, v.pr_number)
+    assert len(comments) == 1
+    assert comments[0].body.startswith(COMMENT_MARKER)
+    assert "throughput" in comments[0].body
+    body = github.pulls[appkit.UPSTREAM.lower()][v.pr_number].body or ""
+    assert body.startswith("Idle encoder threads wait on a condition variable.")
+    assert body.count(SECTION_START) == 1
+    assert SECTION_END in body
+
+    # The report and its plots are served behind the signed token only.
+    url = rt(app).report_url(vid).removeprefix("https://rsi.example.com")
+    page = client.get(url)
+    assert page.status_code == 200
+    assert b"<html" in page.data
+    assert client.get(f"/reports/{vid}").status_code == 404
+    assert client.get(f"/reports/{vid}?token=forged").status_code == 404
+    plot = rt(app).signer.plot_url("https://rsi.example.com", vid, "rounds")
+    got = client.get(plot.removeprefix("https://rsi.example.com"))
+    assert got.status_code == 200
+    assert got.data.startswith(b"\x89PNG")
+    assert "rsi.example.com/reports/" + vid + "/plots/rounds.png?token=" in comments[0].body
+
+
+def test_a_second_verification_edits_the_same_comment(
+    app: Flask, client: FlaskClient, github: GitHubStandIn, tmp_path: Path
+) -> None:
+    first = promote(client, "d-1")["verification_id"]
+    finish_run(app, client, github, tmp_path, first, "w-1")
+    pr = verification(app, first).pr_number
+    github.add_comments(appkit.UPSTREAM, pr, 120, body="a reviewer's remark")  # pages 2+
+    second = promote(client, "d-2", pull_request=pr)["verification_id"]
+    finish_run(app, client, github, tmp_path / "2", second, "w-2", speedup=0.0, seed=9)
+    assert verification(app, second).state == "published"
+    ours = [c for c in github.comments_on(appkit.UPSTREAM, pr) if COMMENT_MARKER in c.body]
+    assert len(ours) == 1
+    assert "NO-CHANGE" in ours[0].body or "no-change" in ours[0].body
+    assert len(github.pulls[appkit.UPSTREAM.lower()]) == 1
+
+
+def test_bad_signatures_are_refused(client: FlaskClient, github: GitHubStandIn) -> None:
+    body = appkit.dumps(appkit.candidate())
+    headers = appkit.intake_headers(body, "d-x", secret="wrong")
+    assert client.post("/api/v1/candidates", data=body, headers=headers).status_code == 401
+    headers.pop("X-RSI-Signature-256")
+    assert client.post("/api/v1/candidates", data=body, headers=headers).status_code == 401
+    hook = appkit.webhook_headers(body, "ping", "g-1", secret="wrong")
+    assert client.post("/webhooks/github", data=body, headers=hook).status_code == 401
+    assert github.requests == []
+
+
+def test_malformed_candidate_is_422_and_stores_nothing(
+    app: Flask, client: FlaskClient, github: GitHubStandIn
+) -> None:
+    doc = appkit.candidate()
+    del doc["head"]["sha"]
+    doc["base_sha"] = "not-a-sha"
+    body = appkit.dumps(doc)
+    resp = client.post(
+        "/api/v1/candidates", data=body, headers=appkit.intake_headers(body, "d-bad")
+    )
+    assert resp.status_code == 422
+    fields = {e["field"] for e in resp.get_json()["errors"]}
+    assert fields == {"head.sha", "base_sha"}
+    with rt(app).db.session() as s:
+        assert s.query(Verification).count() == 0
+        assert s.query(Delivery).count() == 0
+    assert github.requests == []
+
+
+def test_repeated_intake_delivery_is_accepted_once(
+    app: Flask, client: FlaskClient, github: GitHubStandIn
+) -> None:
+    a = promote(client, "same")
+    b = promote(client, "same")
+    assert a == b
+    assert len(github.dispatches) == 1
+
+
+def test_ping_and_redelivery(
+    app: Flask, client: FlaskClient, github: GitHubStandIn, tmp_path: Path
+) -> None:
+    from tests.standin import example
+
+    assert deliver(client, "ping", example("ping"), "p-1") == 200
+    payload = example("installation", "created")
+    assert deliver(client, "installation", payload, "i-1") == 202
+    assert deliver(client, "installation", payload, "i-1") == 202
+    with rt(app).db.session() as s:
+        assert s.query(Delivery).count() == 1
+        assert s.get(Delivery, "i-1").status == "done"  # type: ignore[union-attr]
+
+
+def test_failed_runner_job_ends_with_a_reason(
+    app: Flask, client: FlaskClient, github: GitHubStandIn
+) -> None:
+    vid = promote(client)["verification_id"]
+    v = verification(app, vid)
+    run_id = v.jobs[0].workflow_run_id
+    assert run_id is not None
+    assert (
+        deliver(
+            client, "workflow_run", github.complete_run(appkit.RUNNER, run_id, "failure"), "f-1"
+        )
+        == 202
+    )
+    v = verification(app, vid)
+    assert v.state == "failed"
+    assert "ended `failure`" in (v.reason or "")
+    final = github.check_run_updates(v.check_run_id or 0)[-1]
+    assert final["conclusion"] == "neutral"
+    assert "/rsi reverify" in final["output"]["summary"]
+    assert v.pr_number is not None
+    [comment] = github.comments_on(appkit.UPSTREAM, v.pr_number)
+    assert "FAILED" in comment.body
+
+
+def test_a_bundle_of_another_verification_is_rejected(
+    app: Flask, client: FlaskClient, github: GitHubStandIn, tmp_path: Path
+) -> None:
+    vid = promote(client)["verification_id"]
+    run_id = verification(app, vid).jobs[0].workflow_run_id
+    assert run_id is not None
+    github.add_artifact(
+        appkit.RUNNER,
+        run_id,
+        f"rsi-bundle-{vid}-h200",
+        appkit.bundle_zip(tmp_path, "v-someoneelse"),
+    )
+    deliver(client, "workflow_run", github.complete_run(appkit.RUNNER, run_id), "w-x")
+    v = verification(app, vid)
+    assert v.state == "failed"
+    assert "v-someoneelse" in (v.reason or "")
+
+
+def test_other_workflows_in_the_runner_repo_are_ignored(
+    app: Flask, client: FlaskClient, github: GitHubStandIn
+) -> None:
+    from tests.standin import example
+
+    payload = example("workflow_run", "completed")
+    payload["repository"]["full_name"] = appkit.RUNNER
+    payload["workflow_run"]["display_title"] = "nightly docs build"
+    payload["workflow_run"]["name"] = "docs"
+    assert deliver(client, "workflow_run", payload, "o-1") == 202
+    assert github.requests == []
+
+
+def test_one_verification_costs_at_most_twelve_github_requests(
+    app: Flask, client: FlaskClient, github: GitHubStandIn, tmp_path: Path
+) -> None:
+    """Intake to published, once tokens and default branches are cached (the first
+    verification of a process also mints two installation tokens and looks up each
+    repository once)."""
+    first = promote(client, "warm-up")["verification_id"]
+    finish_run(app, client, github, tmp_path, first, "warm-up")
+    before = len(github.requests)
+    second = promote(client, "counted")["verification_id"]
+    finish_run(app, client, github, tmp_path / "2", second, "counted")
+    assert verification(app, second).state == "published"
+    api = [r for r in github.requests[before:] if not r.path.startswith("/_blobs/")]
+    assert len(api) <= 12, [f"{r.method} {r.path}" for r in api]
