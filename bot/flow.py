@@ -14,6 +14,7 @@ import re
 import secrets
 from typing import Any
 
+from github import GithubException
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
@@ -133,13 +134,17 @@ def _ensure_pr(s: Session, rt: Runtime, v: Verification) -> None:
             cand, url, texts.status_section(v, "queued", "waiting for a GPU runner.")
         )
         head = v.head_ref if v.head_repo == v.repo else f"{v.head_repo.split('/')[0]}:{v.head_ref}"
-        pr = repo.create_pull(
-            base=repo.default_branch,
-            head=head,
-            title=cand.title,
-            body=body,
-            maintainer_can_modify=True,
-        )
+        base = rt.github.default_branch(v.repo, v.installation_id)
+        try:
+            pr = repo.create_pull(
+                base=base, head=head, title=cand.title, body=body, maintainer_can_modify=True
+            )
+        except GithubException as exc:
+            # A PR from this branch exists already (a redelivery, or opened by hand):
+            # attach to it rather than fail.
+            if exc.status != 422 or "already exists" not in str(exc.data):
+                raise
+            pr = next(iter(repo.get_pulls(state="open", head=head)))
         v.pr_number = pr.number
     existing = s.scalar(
         select(PullRequest).where(PullRequest.repo == v.repo, PullRequest.number == pr.number)

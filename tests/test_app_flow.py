@@ -309,8 +309,26 @@ def test_one_verification_costs_at_most_twelve_github_requests(
     first = promote(client, "warm-up")["verification_id"]
     finish_run(app, client, github, tmp_path, first, "warm-up")
     before = len(github.requests)
-    second = promote(client, "counted")["verification_id"]
+    github.add_branch(appkit.FORK, "rsi/other-change", HEAD_SHA)
+    head = {"repo": appkit.FORK, "ref": "rsi/other-change", "sha": HEAD_SHA}
+    second = promote(client, "counted", head=head)["verification_id"]
     finish_run(app, client, github, tmp_path / "2", second, "counted")
     assert verification(app, second).state == "published"
     api = [r for r in github.requests[before:] if not r.path.startswith("/_blobs/")]
     assert len(api) <= 12, [f"{r.method} {r.path}" for r in api]
+
+
+def test_an_existing_pr_from_the_same_branch_is_attached(
+    app: Flask, client: FlaskClient, github: GitHubStandIn
+) -> None:
+    existing = github.add_pull(
+        appkit.UPSTREAM,
+        head=f"openrsi-bot:{appkit.HEAD_REF}",
+        head_sha=HEAD_SHA,
+        title="opened by hand",
+        body="mine",
+    )
+    vid = promote(client)["verification_id"]
+    v = verification(app, vid)
+    assert v.pr_number == existing["number"]
+    assert v.state == "dispatched"
