@@ -6,9 +6,9 @@ This is the engine's one entry point (the CLI and the App both call `build` and 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any, TypeVar
 
 import orjson
