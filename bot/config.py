@@ -40,6 +40,8 @@ class Settings(BaseSettings):
     # rate limits); PyGithub enforces both intervals per client.
     GITHUB_READ_INTERVAL_S: float = Field(default=0.25, ge=0)
     GITHUB_WRITE_INTERVAL_S: float = Field(default=1.0, ge=0)
+    # Exponential backoff between retries of a 5xx (0.5 s, 1 s, 2 s, … six tries).
+    GITHUB_RETRY_BACKOFF_S: float = Field(default=0.5, ge=0)
     RSI_RUNNER_REPO: str = Field(pattern=r"^[\w.-]+/[\w.-]+$")
     RSI_WORKFLOW: str = "rsi-verify.yml"
     RSI_TRUSTED_PUSHERS: str = ""

@@ -22,11 +22,11 @@ from bot.config import Settings
 USER_AGENT = "rsi-bot"
 
 
-def _retry() -> GithubRetry:
+def _retry(backoff: float) -> GithubRetry:
     # 429 joins GithubRetry's 5xx and 403 handling; waits are capped so a job does not hang.
     return GithubRetry(
         total=6,
-        backoff_factor=0.5,
+        backoff_factor=backoff,
         secondary_rate_wait=30,
         max_rate_limit_wait=900,
         status_forcelist=[*range(500, 600), 429],
@@ -38,13 +38,14 @@ class GitHubApp:
 
     def __init__(self, settings: Settings) -> None:
         self.base_url = settings.GITHUB_API_URL
+        self._backoff = settings.GITHUB_RETRY_BACKOFF_S
         self._reads = settings.GITHUB_READ_INTERVAL_S or None
         self._writes = settings.GITHUB_WRITE_INTERVAL_S or None
         self._auth = Auth.AppAuth(settings.APP_ID, settings.private_key())
         self._integration = GithubIntegration(
             auth=self._auth,
             base_url=self.base_url,
-            retry=_retry(),
+            retry=_retry(self._backoff),
             user_agent=USER_AGENT,
             seconds_between_requests=self._reads,
             seconds_between_writes=self._writes,
@@ -71,7 +72,7 @@ class GitHubApp:
                 gh = Github(
                     auth=self._auth.get_installation_auth(installation_id),
                     base_url=self.base_url,
-                    retry=_retry(),
+                    retry=_retry(self._backoff),
                     per_page=100,
                     user_agent=USER_AGENT,
                     lazy=True,

@@ -1,11 +1,15 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from evidence.synth import BASE_SHA, HEAD_SHA
+from tests import appkit
 from tests.bundles import clean_bundle
+from tests.standin import GitHubStandIn, serve
 
 REAL = Path(__file__).parent / "fixtures" / "real"
 
@@ -21,3 +25,31 @@ def bundle(tmp_path: Path, _clean_template: Path) -> Path:
     dest = tmp_path / "bundle"
     shutil.copytree(_clean_template, dest)
     return dest
+
+
+@pytest.fixture
+def github() -> Iterator[GitHubStandIn]:
+    """GitHub at the HTTP boundary: upstream, the candidate's fork, the runner repo."""
+    with serve(app_id=appkit.APP_ID) as gh:
+        gh.add_repo(appkit.UPSTREAM, default_sha=BASE_SHA)
+        gh.add_repo(appkit.FORK, fork=True)
+        gh.add_branch(appkit.FORK, appkit.HEAD_REF, HEAD_SHA)
+        gh.add_repo(appkit.RUNNER)
+        gh.add_workflow(
+            appkit.RUNNER,
+            "rsi-verify.yml",
+            inputs=[
+                "verification_id",
+                "repo",
+                "pr",
+                "base_sha",
+                "head_repo",
+                "head_sha",
+                "task",
+                "gpu",
+                "rounds",
+                "modes",
+            ],
+            required=["verification_id", "gpu"],
+        )
+        yield gh

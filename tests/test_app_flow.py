@@ -18,36 +18,9 @@ from bot.app import create_app
 from bot.db import upgrade
 from bot.models import Delivery, Verification
 from evidence.render import COMMENT_MARKER, SECTION_END, SECTION_START
-from evidence.synth import BASE_SHA, HEAD_SHA
+from evidence.synth import HEAD_SHA
 from tests import appkit
-from tests.standin import GitHubStandIn, serve
-
-
-@pytest.fixture
-def github() -> Iterator[GitHubStandIn]:
-    with serve(app_id=appkit.APP_ID) as gh:
-        gh.add_repo(appkit.UPSTREAM, default_sha=BASE_SHA)
-        gh.add_repo(appkit.FORK, fork=True)
-        gh.add_branch(appkit.FORK, appkit.HEAD_REF, HEAD_SHA)
-        gh.add_repo(appkit.RUNNER)
-        gh.add_workflow(
-            appkit.RUNNER,
-            "rsi-verify.yml",
-            inputs=[
-                "verification_id",
-                "repo",
-                "pr",
-                "base_sha",
-                "head_repo",
-                "head_sha",
-                "task",
-                "gpu",
-                "rounds",
-                "modes",
-            ],
-            required=["verification_id", "gpu"],
-        )
-        yield gh
+from tests.standin import GitHubStandIn
 
 
 @pytest.fixture
@@ -332,3 +305,27 @@ def test_an_existing_pr_from_the_same_branch_is_attached(
     v = verification(app, vid)
     assert v.pr_number == existing["number"]
     assert v.state == "dispatched"
+
+
+def test_app_manifest_asks_for_what_the_flows_need() -> None:
+    import yaml
+
+    manifest = yaml.safe_load((Path(__file__).parent.parent / "app.yml").read_text())
+    assert manifest["default_permissions"] == {
+        "actions": "write",
+        "checks": "write",
+        "contents": "read",
+        "issues": "write",
+        "metadata": "read",
+        "pull_requests": "write",
+    }
+    assert set(manifest["default_events"]) == {
+        "issue_comment",
+        "pull_request",
+        "pull_request_review",
+        "workflow_run",
+        "workflow_job",
+        "check_run",
+        "installation",
+        "installation_repositories",
+    }

@@ -8,6 +8,7 @@ as a push to a PR's head branch, shows up everywhere at once, as on GitHub.
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -38,6 +39,7 @@ class RecordedRequest:
     status: int = 0  # what the stand-in answered
     operation: str | None = None  # GitHub's operationId, when the route is known
     injected: bool = False  # answered by fail_next()
+    at: float = field(default_factory=time.monotonic)  # when it arrived (monotonic clock)
 
 
 @dataclass
