@@ -6,9 +6,11 @@ secrets are `SecretStr`, so they never appear in a repr or a log line.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from dotenv import dotenv_values
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DATA_DIR = Path.home() / ".local" / "share" / "rsi-bot"
@@ -60,7 +62,7 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _key_given(self) -> Settings:
         if self.PRIVATE_KEY is None and self.PRIVATE_KEY_PATH is None:
-            raise ValueError("set PRIVATE_KEY or PRIVATE_KEY_PATH (the App's private key)")
+            raise ValueError(KEY_MISSING)
         return self
 
     def private_key(self) -> str:
@@ -90,6 +92,20 @@ class Settings(BaseSettings):
         return [m.strip() for m in self.RSI_DEFAULT_MODES.split(",") if m.strip()]
 
 
+KEY_MISSING = "set PRIVATE_KEY or PRIVATE_KEY_PATH (the App's private key)"
+
+
+def _key_missing(overrides: dict[str, object]) -> bool:
+    """Whether any source names the key (the model check alone runs only when every field
+    is valid, and a boot message should list everything at once)."""
+    names = ("PRIVATE_KEY", "PRIVATE_KEY_PATH")
+    env_file = overrides.get("_env_file", ".env")
+    from_file: dict[str, str | None] = {}
+    if isinstance(env_file, str | Path) and Path(env_file).is_file():
+        from_file = dotenv_values(env_file)
+    return not any(overrides.get(n) or os.environ.get(n) or from_file.get(n) for n in names)
+
+
 def load_settings(**overrides: object) -> Settings:
     try:
         return Settings(**overrides)  # type: ignore[arg-type]
@@ -99,6 +115,8 @@ def load_settings(**overrides: object) -> Settings:
             name = ".".join(str(x) for x in err["loc"]) or "configuration"
             what = "is missing" if err["type"] == "missing" else err["msg"]
             lines.append(f"  {name}: {what}")
+        if _key_missing(overrides) and not any(KEY_MISSING in line for line in lines):
+            lines.append(f"  PRIVATE_KEY: {KEY_MISSING}")
         raise ConfigError(
             "rsi-bot cannot start; fix these environment variables:\n" + "\n".join(lines)
         ) from None
