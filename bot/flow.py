@@ -21,12 +21,14 @@ from sqlalchemy.orm import Session
 from bot import texts
 from bot.models import (
     ACTIVE,
+    CANCELLED,
     DISPATCHED,
     FAILED,
     FINAL,
     INGESTING,
     QUEUED,
     RUNNING,
+    TIMED_OUT,
     PullRequest,
     RunnerJob,
     Verification,
@@ -318,12 +320,13 @@ def runner_completed(rt: Runtime, run: dict[str, Any]) -> None:
             vid, gpu = v.id, job.gpu
         else:
             job.state = "failed"
+            state = {"cancelled": CANCELLED, "timed_out": TIMED_OUT}.get(conclusion, FAILED)
             reason = (
                 f"The {job.gpu} runner job ended `{conclusion}`"
                 + (f" ({job.html_url})" if job.html_url else "")
                 + ": no evidence was measured."
             )
-            end(rt, s, v, FAILED, reason)
+            end(rt, s, v, state, reason)
             return
     rt.tasks.ingest(vid, gpu)
 

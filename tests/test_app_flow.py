@@ -18,7 +18,7 @@ from bot.app import create_app
 from bot.db import upgrade
 from bot.models import Delivery, Verification
 from evidence.render import COMMENT_MARKER, SECTION_END, SECTION_START
-from evidence.synth import HEAD_SHA
+from evidence.synth import BASE_SHA, HEAD_SHA
 from tests import appkit
 from tests.standin import GitHubStandIn
 
@@ -329,3 +329,34 @@ def test_app_manifest_asks_for_what_the_flows_need() -> None:
         "installation",
         "installation_repositories",
     }
+
+
+@pytest.mark.parametrize(
+    ("conclusion", "state"),
+    [("cancelled", "cancelled"), ("timed_out", "timed-out"), ("startup_failure", "failed")],
+)
+def test_runner_conclusions_end_the_verification(
+    app: Flask, client: FlaskClient, github: GitHubStandIn, conclusion: str, state: str
+) -> None:
+    vid = promote(client)["verification_id"]
+    run_id = verification(app, vid).jobs[0].workflow_run_id
+    assert run_id is not None
+    payload = github.complete_run(appkit.RUNNER, run_id, conclusion)
+    assert deliver(client, "workflow_run", payload, f"c-{conclusion}") == 202
+    v = verification(app, vid)
+    assert v.state == state
+    assert f"ended `{conclusion}`" in (v.reason or "")
+
+
+def test_main_measurements_become_baseline_history(
+    app: Flask, client: FlaskClient, github: GitHubStandIn, tmp_path: Path
+) -> None:
+    from bot.models import BaselineMeasurement
+
+    vid = promote(client)["verification_id"]
+    finish_run(app, client, github, tmp_path, vid, "h-1")
+    with rt(app).db.session() as s:
+        rows = s.query(BaselineMeasurement).filter_by(verification_id=vid).all()
+        assert {r.metric for r in rows} >= {"throughput_qps", "latency_p95_s"}
+        assert all(r.sha == BASE_SHA and r.gpu == "H200" for r in rows)
+        assert len([r for r in rows if r.metric == "throughput_qps"]) == 6  # 3 rounds × 2 modes
