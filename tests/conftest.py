@@ -5,7 +5,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from flask import Flask
+from flask.testing import FlaskClient
 
+from bot import runtime
+from bot.app import create_app
+from bot.db import upgrade
 from evidence.synth import BASE_SHA, HEAD_SHA
 from tests import appkit
 from tests.bundles import clean_bundle
@@ -53,3 +58,17 @@ def github() -> Iterator[GitHubStandIn]:
             required=["verification_id", "gpu"],
         )
         yield gh
+
+
+@pytest.fixture
+def app(tmp_path: Path, github: GitHubStandIn) -> Iterator[Flask]:
+    settings = appkit.settings(tmp_path, github.url)
+    upgrade(settings.DATABASE_URL)
+    rt = runtime.build(settings, immediate=True)
+    yield create_app(rt=rt)
+    rt.db.dispose()
+
+
+@pytest.fixture
+def client(app: Flask) -> FlaskClient:
+    return app.test_client()

@@ -4,7 +4,6 @@ comment, PR-body section, check conclusion and report page."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,27 +13,11 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from bot import runtime
-from bot.app import create_app
-from bot.db import upgrade
 from bot.models import Delivery, Verification
 from evidence.render import COMMENT_MARKER, SECTION_END, SECTION_START
 from evidence.synth import BASE_SHA, HEAD_SHA
 from tests import appkit
 from tests.standin import GitHubStandIn
-
-
-@pytest.fixture
-def app(tmp_path: Path, github: GitHubStandIn) -> Iterator[Flask]:
-    settings = appkit.settings(tmp_path, github.url)
-    upgrade(settings.DATABASE_URL)
-    rt = runtime.build(settings, immediate=True)
-    yield create_app(rt=rt)
-    rt.db.dispose()
-
-
-@pytest.fixture
-def client(app: Flask) -> FlaskClient:
-    return app.test_client()
 
 
 def rt(app: Flask) -> runtime.Runtime:

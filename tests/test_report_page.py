@@ -14,7 +14,6 @@ from flask.testing import FlaskClient
 from PIL import Image
 
 from tests import browser as browsing
-from tests import test_app_flow as flow
 from tests.browser import serve
 from tests.standin import GitHubStandIn
 from tests.test_app_flow import finish_run, promote, rt, verification
@@ -24,9 +23,6 @@ if TYPE_CHECKING:
 
 PUBLIC = "https://rsi.example.com"
 
-# Fixtures shared with the App flow tests (`github` comes from conftest.py).
-app = flow.app
-client = flow.client
 browser = browsing.browser
 
 
@@ -136,7 +132,6 @@ def test_report_page_in_a_real_browser(
                 f"/reports/{vid}?token={other}",
                 f"/reports/{vid}",
             ):
-                console.clear()
                 got = page.goto(base + bad)
                 assert got is not None
                 assert got.status == 404, bad
