@@ -113,9 +113,15 @@ def db_upgrade() -> None:
 @click.option("--workers", default=2, show_default=True, help="Worker threads.")
 def worker(workers: int) -> None:
     """Run the queue consumer (the Procfile's `worker:`)."""
+    import logging
+
     from bot import runtime
 
-    rt = runtime.build(_settings())
+    settings = _settings()
+    logging.basicConfig(
+        level=settings.LOG_LEVEL, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    rt = runtime.build(settings)
     rt.huey.create_consumer(workers=workers, worker_type="thread", periodic=True).run()
 
 
@@ -143,3 +149,13 @@ def serve(host: str, port: int, workers: int) -> None:
         rt.huey.create_consumer(workers=workers, worker_type="thread", periodic=True).run()
     finally:
         server.shutdown()
+
+
+@main.command()
+def reconcile() -> None:
+    """Re-queue lost work and time out silent runners now (the worker does it every minute)."""
+    from bot import runtime, tasks
+
+    runtime.build(_settings())
+    tasks.reconcile()
+    click.echo("reconciled")

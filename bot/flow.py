@@ -100,22 +100,37 @@ def _release(v: Verification) -> None:
     v.lease_until = None
 
 
+def claim(rt: Runtime, vid: str, states: tuple[str, ...]) -> bool:
+    """Take the lease in a transaction of its own, so it is visible while the step works
+    (and a long step holds no database lock); an expired lease is the reconciler's cue."""
+    with rt.db.session() as s:
+        return _lease(s, rt, vid, states) is not None
+
+
+def release(rt: Runtime, vid: str) -> None:
+    with rt.db.session() as s:
+        v = s.get(Verification, vid)
+        if v is not None:
+            v.lease_until = None
+
+
 # ----------------------------------------------------------------------- start
 
 
 def start(rt: Runtime, vid: str) -> None:
     """Open or attach the PR, create the check run, dispatch one run per GPU."""
-    with rt.db.session() as s:
-        v = _lease(s, rt, vid, (QUEUED,))
-        if v is None:
-            return
-        try:
+    if not claim(rt, vid, (QUEUED,)):
+        return
+    try:
+        with rt.db.session() as s:
+            v = s.get(Verification, vid)
+            assert v is not None
             _ensure_pr(s, rt, v)
             _ensure_check_run(rt, v)
-        except Exception:
             _release(v)
-            raise
-        _release(v)
+    except Exception:
+        release(rt, vid)
+        raise
     dispatch(rt, vid)
 
 
@@ -187,49 +202,59 @@ def _ensure_check_run(rt: Runtime, v: Verification) -> None:
 
 
 def dispatch(rt: Runtime, vid: str) -> None:
-    with rt.db.session() as s:
-        v = _lease(s, rt, vid, (QUEUED,))
-        if v is None:
-            return
+    """One `workflow_dispatch` per GPU, each recorded as soon as GitHub accepted it, so a
+    retry never dispatches the same GPU twice."""
+    if not claim(rt, vid, (QUEUED,)):
+        return
+    try:
         runner = rt.settings.RSI_RUNNER_REPO
         iid = rt.github.installation_id(runner)
-        default_branch = rt.github.default_branch(runner, iid)
-        for job in v.jobs:
-            if job.state != "pending":
-                continue
-            inputs = {
-                "verification_id": v.id,
-                "repo": v.repo,
-                "pr": str(v.pr_number or 0),
-                "base_sha": v.base_sha,
-                "head_repo": v.head_repo,
-                "head_sha": v.head_sha,
-                "task": v.task,
-                "gpu": job.gpu.lower(),
-                "rounds": str(v.rounds),
-                "modes": ",".join(v.modes),
-            }
-            path = f"/repos/{runner}/actions/workflows/{rt.settings.RSI_WORKFLOW}/dispatches"
+        ref = rt.github.default_branch(runner, iid)
+        path = f"/repos/{runner}/actions/workflows/{rt.settings.RSI_WORKFLOW}/dispatches"
+        with rt.db.session() as s:
+            v = s.get(Verification, vid)
+            assert v is not None
+            pending = [(j.id, _inputs(v, j.gpu)) for j in v.jobs if j.state == "pending"]
+        for job_id, inputs in pending:
             status, data = rt.github.request(
-                iid,
-                "POST",
-                path,
-                {"ref": default_branch, "inputs": inputs, "return_run_details": True},
+                iid, "POST", path, {"ref": ref, "inputs": inputs, "return_run_details": True}
             )
-            job.state = "dispatched"
-            job.dispatched_at = utcnow()
-            if status == 200 and data.get("workflow_run_id"):
-                job.workflow_run_id = int(data["workflow_run_id"])
-                job.html_url = data.get("html_url")
-            # 204 (older GHES): the run is found by its run-name, from workflow_run events
-            # or by `locate_runs`.
-            s.flush()
-        v.state = DISPATCHED
-        v.dispatched_at = utcnow()
-        _release(v)
-        _check_in_progress(rt, v)
-    if any(j.workflow_run_id is None for j in v.jobs):
+            with rt.db.session() as s:
+                job = s.get(RunnerJob, job_id)
+                assert job is not None
+                job.state, job.dispatched_at = "dispatched", utcnow()
+                # 204 (older GHES): the run is found by its run-name later.
+                if status == 200 and data.get("workflow_run_id"):
+                    job.workflow_run_id = int(data["workflow_run_id"])
+                    job.html_url = data.get("html_url")
+        with rt.db.session() as s:
+            v = s.get(Verification, vid)
+            assert v is not None
+            v.state, v.dispatched_at = DISPATCHED, utcnow()
+            _release(v)
+            _check_in_progress(rt, v)
+            unlocated = any(j.workflow_run_id is None for j in v.jobs)
+    except Exception:
+        release(rt, vid)
+        raise
+    if unlocated:
         rt.tasks.locate_runs.schedule((vid,), delay=10)
+
+
+def _inputs(v: Verification, gpu: str) -> dict[str, str]:
+    """The dispatch contract (architecture.md); workflow inputs travel as strings."""
+    return {
+        "verification_id": v.id,
+        "repo": v.repo,
+        "pr": str(v.pr_number or 0),
+        "base_sha": v.base_sha,
+        "head_repo": v.head_repo,
+        "head_sha": v.head_sha,
+        "task": v.task,
+        "gpu": gpu.lower(),
+        "rounds": str(v.rounds),
+        "modes": ",".join(v.modes),
+    }
 
 
 def _check_in_progress(rt: Runtime, v: Verification) -> None:

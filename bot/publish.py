@@ -14,10 +14,10 @@ import zipfile
 from pathlib import Path
 
 import orjson
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from bot.flow import _lease, _release, _upstream, artifact_name, end
+from bot.flow import _upstream, artifact_name, claim, end, release
 from bot.models import (
     FAILED,
     FINAL,
@@ -135,69 +135,95 @@ def _wrong_bundle(v: Verification, gpu: str, data: bytes) -> str | None:
 
 
 def publish(rt: Runtime, vid: str) -> None:
+    """Build the evidence and put it on the PR; the lease keeps it to one worker, and the
+    final state change is conditional, so a verification is published once."""
+    if not claim(rt, vid, (INGESTING,)):
+        return
+    try:
+        _publish(rt, vid)
+    except Exception:
+        release(rt, vid)
+        raise
+
+
+def _publish(rt: Runtime, vid: str) -> None:
     with rt.db.session() as s:
-        v = _lease(s, rt, vid, (INGESTING,))
-        if v is None:
-            return
-        with tempfile.TemporaryDirectory(prefix="rsi-publish-") as tmp:
-            work = Path(tmp)
-            bundles = []
-            for job in v.jobs:
-                assert job.bundle_key is not None
-                p = work / f"{job.gpu.lower()}.zip"
-                p.write_bytes(rt.store.get_bytes(job.bundle_key))
-                bundles.append(p)
-            cand = Candidate.model_validate(v.candidate)
-            history = _history(s, v)
-            try:
-                ev, sources = build(
-                    Inputs(
-                        bundles=bundles,
-                        candidate=cand,
-                        history=history,
-                        github_url=rt.settings.web_url,
-                    )
+        v = s.get(Verification, vid)
+        assert v is not None
+        keys = [(j.gpu, j.bundle_key) for j in v.jobs]
+        cand = Candidate.model_validate(v.candidate)
+        history = _history(s, v)
+    with tempfile.TemporaryDirectory(prefix="rsi-publish-") as tmp:
+        work = Path(tmp)
+        bundles = []
+        for gpu, key in keys:
+            assert key is not None
+            p = work / f"{gpu.lower()}.zip"
+            p.write_bytes(rt.store.get_bytes(key))
+            bundles.append(p)
+        try:
+            ev, sources = build(
+                Inputs(
+                    bundles=bundles, candidate=cand, history=history, github_url=rt.settings.web_url
                 )
-            except InputError as exc:
-                end(rt, s, v, FAILED, f"A bundle could not be read: {exc}")
-                return
-            out = work / "out"
-            write(
-                ev,
-                sources,
-                out,
-                None,
-                report_url=rt.report_url(v.id),
-                plot_url=lambda name: rt.signer.plot_url(rt.settings.PUBLIC_URL, v.id, name),
             )
-            rt.store.put_tree(f"reports/{v.id}", out)
-            comment = (out / "evidence.md").read_text()
-            check = (out / "check.md").read_text()
-            section = (out / "pr-body.md").read_text()
-        upsert_comment(rt, s, v, comment)
-        _update_body(rt, v, section)
-        conclusion = CONCLUSION[ev.verdict]
-        _upstream(rt, v).get_check_run(v.check_run_id).edit(
-            status="completed",
-            conclusion=conclusion,
-            completed_at=utcnow(),
-            details_url=rt.report_url(v.id),
-            output={"title": _title(ev.verdict, ev.reason), "summary": check},
+        except InputError as exc:
+            with rt.db.session() as s:
+                row = s.get(Verification, vid)
+                assert row is not None
+                end(rt, s, row, FAILED, f"A bundle could not be read: {exc}")
+            return
+        out = work / "out"
+        write(
+            ev,
+            sources,
+            out,
+            None,
+            report_url=rt.report_url(vid),
+            plot_url=lambda name: rt.signer.plot_url(rt.settings.PUBLIC_URL, vid, name),
         )
-        v.state, v.verdict, v.reason = PUBLISHED, ev.verdict, ev.reason
-        v.claim_status = ev.claim.status
-        v.headline = {
-            g: {
-                **(r.headline.model_dump() if r.headline else {}),
-                "verdict": r.verdict,
-                "claim_status": r.claim_status,
-            }
-            for g, r in ev.gpus.items()
-        }
-        v.published_at = utcnow()
-        _release(v)
-        _record_baseline(s, v, sources)
-        log.info("published %s: %s", v.id, ev.verdict)
+        rt.store.put_tree(f"reports/{vid}", out)
+        comment = (out / "evidence.md").read_text()
+        check = (out / "check.md").read_text()
+        section = (out / "pr-body.md").read_text()
+    with rt.db.session() as s:
+        v = s.get(Verification, vid)
+        assert v is not None
+        upsert_comment(rt, s, v, comment)
+    _update_body(rt, v, section)
+    _upstream(rt, v).get_check_run(v.check_run_id).edit(
+        status="completed",
+        conclusion=CONCLUSION[ev.verdict],
+        completed_at=utcnow(),
+        details_url=rt.report_url(vid),
+        output={"title": _title(ev.verdict, ev.reason), "summary": check},
+    )
+    with rt.db.session() as s:
+        res = s.execute(
+            update(Verification)
+            .where(Verification.id == vid, Verification.state == INGESTING)
+            .values(
+                state=PUBLISHED,
+                verdict=ev.verdict,
+                reason=ev.reason,
+                claim_status=ev.claim.status,
+                published_at=utcnow(),
+                lease_until=None,
+                headline={
+                    g: {
+                        **(r.headline.model_dump() if r.headline else {}),
+                        "verdict": r.verdict,
+                        "claim_status": r.claim_status,
+                    }
+                    for g, r in ev.gpus.items()
+                },
+            )
+        )
+        if res.rowcount:  # type: ignore[attr-defined]
+            row = s.get(Verification, vid)
+            assert row is not None
+            _record_baseline(s, row, sources)
+    log.info("published %s: %s", vid, ev.verdict)
 
 
 def _title(verdict: str, reason: str) -> str:
