@@ -15,7 +15,7 @@ import secrets
 from typing import Any
 
 from github import GithubException
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from bot import texts
@@ -34,6 +34,7 @@ from bot.models import (
     Verification,
     utcnow,
 )
+from bot.repo_config import ConfigResult
 from bot.runtime import Runtime
 from evidence.links import compare_url
 from evidence.model import Candidate
@@ -125,13 +126,48 @@ def start(rt: Runtime, vid: str) -> None:
         with rt.db.session() as s:
             v = s.get(Verification, vid)
             assert v is not None
+            repo = v.repo
+        result = rt.repo_config(repo)
+        with rt.db.session() as s:
+            v = s.get(Verification, vid)
+            assert v is not None
             _ensure_pr(s, rt, v)
+            _report_config_error(rt, s, v, result)
             _ensure_check_run(rt, v)
+            busy = s.scalar(
+                select(func.count())
+                .select_from(Verification)
+                .where(
+                    Verification.repo == v.repo,
+                    Verification.id != v.id,
+                    Verification.state.in_((DISPATCHED, RUNNING)),
+                )
+            )
+            if busy is not None and busy >= result.config.budget.max_running:
+                # Over the repository's GPU budget: stays queued; the reconciler retries.
+                log.info("%s waits: %s verifications running on %s", vid, busy, v.repo)
+                _release(v)
+                return
             _release(v)
     except Exception:
         release(rt, vid)
         raise
     dispatch(rt, vid)
+
+
+def _report_config_error(rt: Runtime, s: Session, v: Verification, result: ConfigResult) -> None:
+    """A malformed `.github/rsi.yml` is said on the PR (once per distinct problem)."""
+    from bot.repo_config import render_error
+
+    error = result.error
+    pr = s.scalar(
+        select(PullRequest).where(PullRequest.repo == v.repo, PullRequest.number == v.pr_number)
+    )
+    if pr is None or pr.config_error == error:
+        return
+    pr.config_error = error
+    if error is not None and v.pr_number is not None:
+        _upstream(rt, v).get_issue(v.pr_number).create_comment(render_error(result))
 
 
 def _upstream(rt: Runtime, v: Verification) -> Any:
@@ -360,7 +396,14 @@ def runner_completed(rt: Runtime, run: dict[str, Any]) -> None:
 
 
 def end(
-    rt: Runtime, s: Session, v: Verification, state: str, reason: str, conclusion: str = "neutral"
+    rt: Runtime,
+    s: Session,
+    v: Verification,
+    state: str,
+    reason: str,
+    conclusion: str = "neutral",
+    *,
+    comment: bool = True,
 ) -> None:
     """End a verification that will publish no evidence: say why and how to retry."""
     if v.state in FINAL:
@@ -377,10 +420,27 @@ def end(
                 "summary": f"{reason}\n\nTo try again, a maintainer can comment `/rsi reverify`.",
             },
         )
-    if v.pr_number is not None:
+    if comment and v.pr_number is not None:
         from bot.publish import upsert_comment
 
         upsert_comment(rt, s, v, texts.status_comment(v, state, reason, retry=True))
+
+
+def cancel_runs(rt: Runtime, v: Verification) -> None:
+    """Cancel the runner runs still going (a superseded or cancelled verification)."""
+    runner = rt.settings.RSI_RUNNER_REPO
+    for job in v.jobs:
+        if job.workflow_run_id and job.state in ("dispatched", "running"):
+            try:
+                rt.github.request(
+                    rt.github.installation_id(runner),
+                    "POST",
+                    f"/repos/{runner}/actions/runs/{job.workflow_run_id}/cancel",
+                )
+            except GithubException as exc:
+                if exc.status != 409:  # 409: the run had finished already
+                    raise
+            job.state = "cancelled"
 
 
 def stuck(rt: Runtime, s: Session) -> list[tuple[str, str]]:

@@ -17,14 +17,29 @@ import requests
 from github import Auth, Github, GithubException, GithubIntegration, GithubRetry
 from github.Repository import Repository
 
+from bot import observability
 from bot.config import Settings
 
 USER_AGENT = "rsi-bot"
 
 
+class _CountedRetry(GithubRetry):
+    """GithubRetry that counts every response from the GitHub API by method and status.
+
+    urllib3 asks the retry policy about each response it receives (attempts that are
+    retried included), and every requester PyGithub derives from our clients — the one
+    that mints installation tokens too — carries this policy, so this is the one place
+    that sees all GitHub traffic without touching PyGithub's internals.
+    """
+
+    def is_retry(self, method: str, status_code: int, has_retry_after: bool = False) -> bool:
+        observability.count_github_response(method, status_code)
+        return super().is_retry(method, status_code, has_retry_after)
+
+
 def _retry(backoff: float) -> GithubRetry:
     # 429 joins GithubRetry's 5xx and 403 handling; waits are capped so a job does not hang.
-    return GithubRetry(
+    return _CountedRetry(
         total=6,
         backoff_factor=backoff,
         secondary_rate_wait=30,
@@ -93,6 +108,22 @@ class GitHubApp:
         with self._lock:
             self._default_branches[repo] = (branch, now)
         return branch
+
+    def rate_limits(self) -> dict[str, tuple[int, int, int]]:
+        """GitHub's rate limit as each client last saw it — `(remaining, limit, reset)` by
+        "app" (the App's JWT) or installation id — from the `X-RateLimit-*` headers
+        PyGithub keeps on its requesters; no API call. Clients that made no call yet are
+        left out."""
+        with self._lock:
+            clients = sorted(self._clients.items())
+        requesters = [("app", self._integration.requester)]
+        requesters += [(str(iid), gh.requester) for iid, gh in clients]
+        seen: dict[str, tuple[int, int, int]] = {}
+        for who, requester in requesters:
+            remaining, limit = requester.rate_limiting
+            if remaining >= 0:
+                seen[who] = (remaining, limit, requester.rate_limiting_resettime)
+        return seen
 
     def repo(self, repo: str, installation_id: int | None = None) -> Repository:
         gh = self.client(installation_id or self.installation_id(repo))

@@ -86,6 +86,10 @@ class PullRequest(Base):
     html_url: Mapped[str | None] = mapped_column(String(500))
     comment_id: Mapped[int | None] = mapped_column(BigInteger)
     state: Mapped[str] = mapped_column(String(20), default="open")
+    # Set by a review that requests changes: the next pushes are review rounds.
+    review_pending: Mapped[bool] = mapped_column(default=False)
+    # The `.github/rsi.yml` problem last reported on this PR (reported once, not per event).
+    config_error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
 
 
@@ -105,6 +109,9 @@ class Verification(Base):
     modes: Mapped[list[Any]] = mapped_column(JSON)
     candidate: Mapped[dict[str, Any]] = mapped_column(JSON)
     trigger: Mapped[str] = mapped_column(String(200), default="intake")
+    review_round: Mapped[bool] = mapped_column(default=False)
+    requested_by: Mapped[str | None] = mapped_column(String(100))
+    superseded_by: Mapped[str | None] = mapped_column(String(40))
     state: Mapped[str] = mapped_column(String(20), default=QUEUED, index=True)
     reason: Mapped[str | None] = mapped_column(Text)
     verdict: Mapped[str | None] = mapped_column(String(20))
@@ -139,6 +146,20 @@ class RunnerJob(Base):
     dispatched_at: Mapped[dt.datetime | None]
     completed_at: Mapped[dt.datetime | None]
     verification: Mapped[Verification] = relationship(back_populates="jobs")
+
+
+class Approval(Base):
+    """A maintainer's approval to run one exact head SHA on the GPU runners (never sticky:
+    a later push needs a new one)."""
+
+    __tablename__ = "approvals"
+    __table_args__ = (UniqueConstraint("repo", "pr_number", "sha"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    repo: Mapped[str] = mapped_column(String(200))
+    pr_number: Mapped[int] = mapped_column(Integer)
+    sha: Mapped[str] = mapped_column(String(64))
+    approved_by: Mapped[str] = mapped_column(String(100))
+    approved_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
 
 
 class BaselineMeasurement(Base):

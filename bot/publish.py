@@ -12,11 +12,13 @@ import logging
 import tempfile
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import orjson
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from bot import ledger
 from bot.flow import _upstream, artifact_name, claim, end, release
 from bot.models import (
     FAILED,
@@ -34,7 +36,7 @@ from evidence.build import Inputs, build, write
 from evidence.errors import InputError
 from evidence.load import Source
 from evidence.model import Candidate, HistoryEntry
-from evidence.render import COMMENT_MARKER, replace_pr_section
+from evidence.render import COMMENT_LIMIT, COMMENT_MARKER, render_comment, replace_pr_section
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +166,12 @@ def _publish(rt: Runtime, vid: str) -> None:
         try:
             ev, sources = build(
                 Inputs(
-                    bundles=bundles, candidate=cand, history=history, github_url=rt.settings.web_url
+                    bundles=bundles,
+                    candidate=cand,
+                    history=history,
+                    github_url=rt.settings.web_url,
+                    # The repository's thresholds (`.github/rsi.yml`), else the defaults.
+                    policy=rt.repo_config(v.repo).config.policy(),
                 )
             )
         except InputError as exc:
@@ -183,14 +190,23 @@ def _publish(rt: Runtime, vid: str) -> None:
             plot_url=lambda name: rt.signer.plot_url(rt.settings.PUBLIC_URL, vid, name),
         )
         rt.store.put_tree(f"reports/{vid}", out)
-        comment = (out / "evidence.md").read_text()
         check = (out / "check.md").read_text()
         section = (out / "pr-body.md").read_text()
+    pull = _upstream(rt, v).get_pull(v.pr_number)
+    moved = _main_moved(rt, v, pull)
     with rt.db.session() as s:
         v = s.get(Verification, vid)
         assert v is not None
+        if v.state != INGESTING:  # superseded or cancelled meanwhile: never shown as current
+            return
+        table = ledger.render(
+            ledger.rows_for(s, v, ev), main_moved=moved, base_ref=pull.base.ref, base_sha=v.base_sha
+        )
+        comment = ledger.compose(
+            table, render_comment(ev, rt.report_url(vid), limit=COMMENT_LIMIT - len(table) - 2)
+        )
         upsert_comment(rt, s, v, comment)
-    _update_body(rt, v, section)
+    _update_body(rt, pull, section)
     _upstream(rt, v).get_check_run(v.check_run_id).edit(
         status="completed",
         conclusion=CONCLUSION[ev.verdict],
@@ -301,9 +317,16 @@ def upsert_comment(rt: Runtime, s: Session, v: Verification, body: str) -> None:
         pr_row.comment_id = comment.id
 
 
-def _update_body(rt: Runtime, v: Verification, section: str) -> None:
-    assert v.pr_number is not None
-    pr = _upstream(rt, v).get_pull(v.pr_number)
+def _main_moved(rt: Runtime, v: Verification, pull: Any) -> int:
+    """How many commits the PR's base branch is past the measured base (0 when the PR's
+    own record of its base is the measured one, which saves a request)."""
+    if pull.base.sha == v.base_sha:
+        return 0
+    cmp = _upstream(rt, v).compare(v.base_sha, pull.base.ref)
+    return int(cmp.ahead_by)
+
+
+def _update_body(rt: Runtime, pr: Any, section: str) -> None:
     new = replace_pr_section(pr.body, section)
     if new != (pr.body or ""):
         pr.edit(body=new)

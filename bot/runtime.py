@@ -5,6 +5,7 @@ own; jobs reach it through `current()`."""
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -17,10 +18,12 @@ from bot.gh import GitHubApp
 from bot.signing import UrlSigner
 
 if TYPE_CHECKING:
+    from bot.repo_config import ConfigResult
     from bot.tasks import Tasks
 
 log = logging.getLogger(__name__)
 _current: Runtime | None = None
+CONFIG_TTL_S = 60.0
 
 
 def make_huey(settings: Settings, immediate: bool = False) -> Huey:
@@ -43,9 +46,23 @@ class Runtime:
     tasks: Tasks = field(init=False)
 
     def __post_init__(self) -> None:
+        from bot.repo_config import ConfigCache
         from bot.tasks import Tasks
 
         self.tasks = Tasks(self.huey)
+        self._configs = ConfigCache()
+        self._config_seen: dict[str, tuple[float, ConfigResult]] = {}
+
+    def repo_config(self, repo: str) -> ConfigResult:
+        """`.github/rsi.yml` of the repository's default branch: revalidated by ETag at
+        most once a minute (one verification reads it several times)."""
+        now = time.monotonic()
+        hit = self._config_seen.get(repo)
+        if hit is not None and now - hit[0] < CONFIG_TTL_S:
+            return hit[1]
+        result = self._configs.get(self.github, self.github.installation_id(repo), repo)
+        self._config_seen[repo] = (now, result)
+        return result
 
     def enqueue_delivery(self, delivery_id: str) -> None:
         """Best effort: a delivery left `queued` is picked up again by the reconciler."""

@@ -11,7 +11,7 @@ import orjson
 from huey import Huey, crontab
 from sqlalchemy import select
 
-from bot import runtime
+from bot import observability, runtime
 
 log = logging.getLogger(__name__)
 
@@ -19,6 +19,11 @@ RETRY: dict[str, Any] = {"retries": 8, "retry_delay": 2, "retry_backoff": 2}
 
 
 def process_delivery(delivery_id: str) -> None:
+    with observability.delivery_context(delivery_id):
+        _process_delivery(delivery_id)
+
+
+def _process_delivery(delivery_id: str) -> None:
     from bot.features import router
     from bot.models import Delivery, utcnow
 
@@ -102,7 +107,7 @@ def reconcile() -> None:
             select(Verification).where(Verification.state.in_((DISPATCHED, RUNNING)))
         ):
             if v.dispatched_at is not None and flow._aware(v.dispatched_at) < limit:
-                _cancel_runs(rt, v)
+                flow.cancel_runs(rt, v)
                 flow.end(
                     rt,
                     s,
@@ -124,25 +129,11 @@ def reconcile() -> None:
             rt.tasks.ingest(vid, step.split(":", 1)[1])
 
 
-def _cancel_runs(rt: runtime.Runtime, v: Any) -> None:
-    runner = rt.settings.RSI_RUNNER_REPO
-    for job in v.jobs:
-        if job.workflow_run_id and job.state in ("dispatched", "running"):
-            try:
-                rt.github.request(
-                    rt.github.installation_id(runner),
-                    "POST",
-                    f"/repos/{runner}/actions/runs/{job.workflow_run_id}/cancel",
-                )
-            except Exception:
-                log.exception("could not cancel run %s", job.workflow_run_id)
-            job.state = "cancelled"
-
-
 class Tasks:
     """The queue's task handles, bound to one huey instance (SQLite or Redis)."""
 
     def __init__(self, huey: Huey) -> None:
+        observability.instrument_huey(huey)
         self.process_delivery = huey.task(name="process_delivery", **RETRY)(process_delivery)
         self.start = huey.task(name="start", **RETRY)(start)
         self.dispatch = huey.task(name="dispatch", **RETRY)(dispatch)

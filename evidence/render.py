@@ -676,8 +676,9 @@ def _tail(ev: Evidence, report_url: str | None) -> str:
     return _render_md("_tail.md.j2", report_url=report_url, repro=reproduce_view(ev))
 
 
-def render_comment(ev: Evidence, report_url: str | None) -> str:
-    """The evidence comment, at most COMMENT_LIMIT characters, ending with Reproduce."""
+def render_comment(ev: Evidence, report_url: str | None, limit: int | None = None) -> str:
+    """The evidence comment, at most `limit` (COMMENT_LIMIT) characters, ending with
+    Reproduce; the App passes a smaller limit to leave room for its ledger."""
     ctx = _md_context(ev, report_url)
     configs = study_configs(ev.study)
     n_other = sum(len(c.other) for c in configs)
@@ -696,7 +697,7 @@ def render_comment(ev: Evidence, report_url: str | None) -> str:
             environments=environment_views(ev) if d.extras else [],
         )
 
-    return _fit(render, COMMENT_LEVELS, _tail(ev, report_url), COMMENT_LIMIT)
+    return _fit(render, COMMENT_LEVELS, _tail(ev, report_url), limit or COMMENT_LIMIT)
 
 
 def render_check(ev: Evidence, report_url: str | None) -> str:

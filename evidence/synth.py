@@ -39,6 +39,8 @@ class SynthSpec:
     task: str = "cosyvoice3"
     repo: str = "sgl-project/sglang-omni"
     verification_id: str = "v-demo01"
+    base_sha: str = BASE_SHA
+    head_sha: str = HEAD_SHA
     with_wer: bool = True
     with_text: bool = True
     environment: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -300,9 +302,9 @@ def write_bundle(out: Path, spec: SynthSpec) -> Path:
         "verification_id": spec.verification_id,
         "repo": spec.repo,
         "task": spec.task,
-        "base": {"sha": BASE_SHA, "ref": "main"},
+        "base": {"sha": spec.base_sha, "ref": "main"},
         "head": {
-            "sha": HEAD_SHA,
+            "sha": spec.head_sha,
             "ref": "rsi/cosyvoice3-idle-threads",
             "repo": "openrsi-bot/sglang-omni",
         },

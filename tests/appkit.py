@@ -49,6 +49,7 @@ def settings(tmp: Path, api_url: str, **overrides: Any) -> Settings:
         "RSI_DEFAULT_ROUNDS": 3,
         "GITHUB_READ_INTERVAL_S": 0,
         "GITHUB_WRITE_INTERVAL_S": 0,
+        "RSI_TRUSTED_PUSHERS": "openrsi-bot",
     }
     values.update(overrides)
     return Settings(_env_file=None, **values)  # type: ignore[call-arg]

@@ -1,0 +1,561 @@
+"""Per-repository configuration: `.github/rsi.yml` on the upstream's default branch.
+
+Who may trigger, which GPUs, how many rounds, the guard and practical thresholds, the
+approval policy and a GPU budget. Every key is optional: an absent file, or an absent key,
+means the defaults below. Unknown keys are errors (a typo must not silently mean "use the
+default"), and so is anything malformed; a malformed file yields the defaults *plus* an
+error that names the line and field, for the PR (`render_error`) — it is never ignored.
+
+`ConfigCache.get` reads the file through the contents API once, then only asks GitHub
+whether it changed (`If-None-Match`: a 304 costs no rate limit and no parse).
+
+    # .github/rsi.yml
+    trigger:
+      allow: [alice, bob]              # may run /rsi commands besides write/maintain/admin
+      trusted_pushers: [openrsi-bot]   # pushes by these verify without approval
+    approval: required-for-untrusted   # or never-required
+    gpus: [h100, h200]
+    rounds: 5
+    modes: [streaming, non-streaming]
+    thresholds:
+      practical_pct: 3.0
+      latency_p95_pct: 10.0
+      ttfa_p95_pct: 10.0
+      wer_increase: 0.01
+      failure_rate: 0.01
+    budget:
+      max_rounds: 10                   # the most rounds one command may ask
+      max_running: 2                   # verifications running at once, this repository
+    base: keep                         # or main: re-measure when main moves
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import difflib
+import html
+import json
+import logging
+import re
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Annotated, Any, Literal
+
+import yaml
+from github import GithubException
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
+
+from bot.gh import GitHubApp
+from evidence.policy import Policy
+
+log = logging.getLogger(__name__)
+
+CONFIG_PATH = ".github/rsi.yml"
+MAX_PROBLEMS = 20  # listed on the PR; the rest are counted
+
+
+# --- the model ---------------------------------------------------------------------------
+
+
+def _as_list(value: Any) -> Any:
+    """`gpus: h100` means `gpus: [h100]`."""
+    return [value] if isinstance(value, str) else value
+
+
+def _login(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    login = value.strip().removeprefix("@").lower()
+    if not login or any(c.isspace() for c in login):
+        raise ValueError("not a GitHub login")
+    return login
+
+
+def _upper(value: Any) -> Any:
+    return value.strip().upper() if isinstance(value, str) else value
+
+
+def _lower(value: Any) -> Any:
+    return value.strip().lower() if isinstance(value, str) else value
+
+
+def _unique(items: list[Any]) -> list[Any]:
+    return list(dict.fromkeys(items))
+
+
+Login = Annotated[str, BeforeValidator(_login)]
+GpuName = Literal["H100", "H200"]
+ModeName = Literal["streaming", "non-streaming"]
+Gpu = Annotated[GpuName, BeforeValidator(_upper)]
+Mode = Annotated[ModeName, BeforeValidator(_lower)]
+Logins = Annotated[list[Login], BeforeValidator(_as_list)]
+Pct = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+_STRICT = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class Trigger(BaseModel):
+    model_config = _STRICT
+
+    allow: Logins = Field(
+        default_factory=list,
+        description="users allowed to run /rsi commands besides write/maintain/admin",
+    )
+    trusted_pushers: Logins = Field(
+        default_factory=list, description="pushes by these start a verification without approval"
+    )
+
+    @field_validator("allow", "trusted_pushers")
+    @classmethod
+    def _dedupe(cls, v: list[str]) -> list[str]:
+        return _unique(v)
+
+
+class Thresholds(BaseModel):
+    model_config = _STRICT
+
+    practical_pct: Pct = Field(default=3.0, description="minimum effect to claim, percent")
+    latency_p95_pct: Pct = Field(default=10.0, description="latency p95 guard, percent")
+    ttfa_p95_pct: Pct = Field(default=10.0, description="TTFA p95 guard, percent")
+    wer_increase: Pct = Field(default=0.01, description="absolute WER increase allowed")
+    failure_rate: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = Field(
+        default=0.01, description="failed-request share allowed"
+    )
+
+
+class Budget(BaseModel):
+    model_config = _STRICT
+
+    max_rounds: int = Field(default=10, ge=2, le=50, description="most rounds one command asks")
+    max_running: int = Field(
+        default=2, ge=1, le=50, description="verifications running at once, this repository"
+    )
+
+
+class RepoConfig(BaseModel):
+    """`.github/rsi.yml`. `RepoConfig()` is the defaults."""
+
+    model_config = _STRICT
+
+    trigger: Trigger = Field(default_factory=Trigger)
+    approval: Literal["required-for-untrusted", "never-required"] = "required-for-untrusted"
+    gpus: Annotated[list[Gpu], BeforeValidator(_as_list), Field(min_length=1)] = Field(
+        default_factory=lambda: list[GpuName](["H100", "H200"])
+    )
+    # budget comes before rounds so that the rounds check sees it (and is reported at rounds).
+    budget: Budget = Field(default_factory=Budget)
+    rounds: int = Field(default=5, ge=2, le=50)
+    modes: Annotated[list[Mode], BeforeValidator(_as_list), Field(min_length=1)] = Field(
+        default_factory=lambda: list[ModeName](["streaming", "non-streaming"])
+    )
+    thresholds: Thresholds = Field(default_factory=Thresholds)
+    base: Literal["keep", "main"] = "keep"
+
+    @field_validator("gpus", "modes")
+    @classmethod
+    def _dedupe(cls, v: list[str]) -> list[str]:
+        return _unique(v)
+
+    @field_validator("rounds")
+    @classmethod
+    def _within_budget(cls, v: int, info: ValidationInfo) -> int:
+        budget = info.data.get("budget")
+        if isinstance(budget, Budget) and v > budget.max_rounds:
+            raise ValueError(f"more than budget.max_rounds ({budget.max_rounds}); raise that too")
+        return v
+
+    def policy(self, base: Policy | None = None) -> Policy:
+        """The engine's thresholds with this repository's overrides (the rest from `base`)."""
+        t = self.thresholds
+        return (base or Policy()).model_copy(
+            update={
+                "threshold_pct": t.practical_pct,
+                "guard_latency_p95_pct": t.latency_p95_pct,
+                "guard_ttfa_p95_pct": t.ttfa_p95_pct,
+                "wer_increase_max": t.wer_increase,
+                "failure_rate_max": t.failure_rate,
+            }
+        )
+
+    def allows(self, login: str) -> bool:
+        """Named in `trigger.allow` (write/maintain/admin are checked by the caller)."""
+        return login.strip().removeprefix("@").lower() in self.trigger.allow
+
+    def trusts_pusher(self, login: str, app_wide: frozenset[str] = frozenset()) -> bool:
+        """Whether a push by `login` verifies without approval: `approval: never-required`,
+        `trigger.trusted_pushers`, or the App's own `RSI_TRUSTED_PUSHERS` (`app_wide`)."""
+        if self.approval == "never-required":
+            return True
+        who = login.strip().removeprefix("@").lower()
+        return who in self.trigger.trusted_pushers or who in app_wide
+
+    def rounds_problem(self, rounds: int) -> str | None:
+        """Why a command may not ask `rounds` (None when it may)."""
+        if rounds < 2:
+            return f"at least 2 rounds are needed, {rounds} asked"
+        if rounds > self.budget.max_rounds:
+            return (
+                f"{rounds} rounds is more than this repository's budget "
+                f"({self.budget.max_rounds}, `budget.max_rounds` in `{CONFIG_PATH}`)"
+            )
+        return None
+
+    def summary(self) -> str:
+        """One line for humans: what a verification will do under this config."""
+        t = self.thresholds
+        return (
+            f"GPUs {', '.join(self.gpus)}; {self.rounds} rounds; {', '.join(self.modes)}; "
+            f"practical threshold {t.practical_pct:g}%; guards latency p95 "
+            f"{t.latency_p95_pct:g}%, TTFA p95 {t.ttfa_p95_pct:g}%, WER +{t.wer_increase:g}, "
+            f"failure rate {t.failure_rate:g}; approval {self.approval}; at most "
+            f"{self.budget.max_rounds} rounds a command and {self.budget.max_running} "
+            f"verification(s) at once; base {self.base}"
+        )
+
+
+# --- parsing -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with the file; `line`/`column` are 1-based."""
+
+    message: str
+    field: str | None = None  # e.g. "thresholds.practical_pct", "gpus[1]"
+    line: int | None = None
+    column: int | None = None
+
+    def __str__(self) -> str:
+        where = []
+        if self.line is not None:
+            where.append(f"line {self.line}" + (f", column {self.column}" if self.column else ""))
+        if self.field:
+            where.append(self.field)
+        return f"{': '.join(where)}: {self.message}" if where else self.message
+
+
+@dataclass(frozen=True)
+class ConfigResult:
+    """What a repository runs with: `config` (the defaults when the file is absent or
+    malformed) and `error` (None, or every problem, one a line, naming line and field)."""
+
+    config: RepoConfig
+    error: str | None = None
+    problems: tuple[Problem, ...] = ()
+    found: bool = False  # the file exists on the default branch
+    sha: str | None = None  # its blob sha, when found
+    html_url: str | None = None  # where to see it, when found
+    path: str = CONFIG_PATH
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def _fail(source: ConfigResult, problems: Sequence[Problem]) -> ConfigResult:
+    """The defaults, with what is wrong with the file `source` describes."""
+    probs = tuple(problems)
+    error = "\n".join(str(p) for p in probs)
+    return replace(source, config=RepoConfig(), error=error, problems=probs)
+
+
+def parse(
+    text: str, *, sha: str | None = None, html_url: str | None = None, path: str = CONFIG_PATH
+) -> ConfigResult:
+    """The file's text as a `ConfigResult` (never raises for bad content)."""
+    source = ConfigResult(RepoConfig(), found=True, sha=sha, html_url=html_url, path=path)
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text) if root is not None else None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        what = " ".join(x for x in (exc.context, exc.problem) if x) or "invalid YAML"
+        line = mark.line + 1 if mark else None
+        column = mark.column + 1 if mark else None
+        return _fail(source, [Problem(f"YAML syntax: {what}", line=line, column=column)])
+    except yaml.YAMLError as exc:  # e.g. a control character the reader refuses
+        return _fail(source, [Problem(f"YAML syntax: {exc}")])
+    if data is None:  # empty, or only comments
+        return source
+    if not isinstance(data, dict):
+        line = root.start_mark.line + 1 if root is not None else None
+        what = f"the file must be a mapping of keys such as `rounds: 5`, not a {_yaml_kind(data)}"
+        return _fail(source, [Problem(what, line=line)])
+    duplicates = list(_duplicates(root, ()))
+    try:
+        config = RepoConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = [_problem(err, root) for err in exc.errors()]
+        return _fail(source, sorted([*duplicates, *problems], key=_order))
+    if duplicates:
+        return _fail(source, duplicates)
+    return replace(source, config=config)
+
+
+def _order(p: Problem) -> tuple[int, str]:
+    return (p.line or 0, p.field or "")
+
+
+def _yaml_kind(data: Any) -> str:
+    if isinstance(data, list):
+        return "list"
+    if isinstance(data, str):
+        return "string"
+    return type(data).__name__
+
+
+def _path(loc: Sequence[int | str]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _node_at(
+    root: yaml.Node | None, loc: Sequence[int | str], *, key: bool = False
+) -> yaml.Node | None:
+    """The YAML node `loc` points at (its key node when `key`), or the deepest one found."""
+    node = root
+    for i, part in enumerate(loc):
+        last = i == len(loc) - 1
+        if isinstance(node, yaml.MappingNode):
+            hit = next(
+                (
+                    (k, v)
+                    for k, v in node.value
+                    if isinstance(k, yaml.ScalarNode) and k.value == str(part)
+                ),
+                None,
+            )
+            if hit is None:
+                return node
+            node = hit[0] if key and last else hit[1]
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+            if not 0 <= part < len(node.value):
+                return node
+            node = node.value[part]
+        else:
+            return node
+    return node
+
+
+def _fields_at(loc: Sequence[int | str]) -> list[str]:
+    """The keys allowed in the mapping that `loc` names (for "did you mean")."""
+    model: type[BaseModel] = RepoConfig
+    for part in loc:
+        info = model.model_fields.get(str(part))
+        ann = info.annotation if info else None
+        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+            return []
+        model = ann
+    return list(model.model_fields)
+
+
+def _shown(value: Any) -> str:
+    """A value from the file, quoted safely (a code span: no mentions, no markup)."""
+    text = json.dumps(value, default=str, ensure_ascii=False)
+    return _code(text if len(text) <= 60 else text[:57] + "…")
+
+
+def _problem(err: Any, root: yaml.Node | None) -> Problem:
+    loc: tuple[int | str, ...] = tuple(err["loc"])
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        key = str(loc[-1])
+        known = _fields_at(loc[:-1])
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+        hint = f"; did you mean {_code(close[0])}?" if close else ""
+        allowed = f" (known: {', '.join(map(_code, known))})" if known and not close else ""
+        message = f"unknown key {_code(key)}{hint}{allowed}"
+        node = _node_at(root, loc, key=True)
+    else:
+        if kind in ("model_type", "model_attributes_type", "dict_type"):
+            message = f"should be a mapping of keys, not {_shown(err['input'])}"
+        else:
+            message = f"{err['msg']} (got {_shown(err['input'])})"
+            message = message.removeprefix("Value error, ")
+        node = _node_at(root, loc)
+    mark = node.start_mark if node is not None else None
+    return Problem(
+        message,
+        field=_path(loc) or None,
+        line=mark.line + 1 if mark else None,
+        column=mark.column + 1 if mark else None,
+    )
+
+
+def _duplicates(node: yaml.Node | None, loc: tuple[int | str, ...]) -> Any:
+    """PyYAML keeps the last of two equal keys silently; a config must not."""
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for k, v in node.value:
+            name = str(k.value) if isinstance(k, yaml.ScalarNode) else None
+            if name is not None and name in seen:
+                yield Problem(
+                    f"{_code(name)} is given twice (only one may be)",
+                    field=_path((*loc, name)),
+                    line=k.start_mark.line + 1,
+                    column=k.start_mark.column + 1,
+                )
+            if name is not None:
+                seen.add(name)
+            yield from _duplicates(v, (*loc, name) if name is not None else loc)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            yield from _duplicates(item, (*loc, i))
+
+
+# --- fetching, with ETags ----------------------------------------------------------------
+
+
+@dataclass
+class _Entry:
+    etag: str | None
+    result: ConfigResult
+
+
+@dataclass
+class ConfigCache:
+    """Per process, keyed by repository; thread-safe. The file is fetched from the default
+    branch; after the first read each `get` is a conditional request, and a 304 reuses the
+    cached result as is (no parse). A 200 whose blob sha is unchanged is not re-parsed
+    either (an ETag can change with the token). 404 → defaults, no error."""
+
+    path: str = CONFIG_PATH
+    _entries: dict[str, _Entry] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def get(self, gh_app: GitHubApp, installation_id: int, repo: str) -> ConfigResult:
+        key = repo.lower()
+        with self._lock:
+            cached = self._entries.get(key)
+        headers = {"If-None-Match": cached.etag} if cached is not None and cached.etag else {}
+        requester = gh_app.client(installation_id).requester
+        status, resp_headers, body = requester.requestJson(
+            "GET", f"/repos/{repo}/contents/{self.path}", headers=headers
+        )
+        if status == 304 and cached is not None:
+            return cached.result
+        if status == 404:
+            self.forget(repo)
+            return ConfigResult(RepoConfig(), path=self.path)
+        if status != 200:
+            raise GithubException(status, _json(body), resp_headers)
+        doc = _json(body)
+        sha = doc.get("sha") if isinstance(doc.get("sha"), str) else None
+        if cached is not None and sha is not None and cached.result.sha == sha:
+            result = cached.result
+        else:
+            result = self._read(doc, sha)
+            if result.error:
+                log.info("%s: %s is not valid:\n%s", repo, self.path, result.error)
+        with self._lock:
+            self._entries[key] = _Entry(resp_headers.get("etag"), result)
+        return result
+
+    def _read(self, doc: dict[str, Any], sha: str | None) -> ConfigResult:
+        html_url = doc.get("html_url") if isinstance(doc.get("html_url"), str) else None
+        source = ConfigResult(RepoConfig(), found=True, sha=sha, html_url=html_url, path=self.path)
+        if doc.get("type") != "file":
+            return _fail(source, [Problem(f"{_code(self.path)} is not a file")])
+        if doc.get("encoding") != "base64" or not isinstance(doc.get("content"), str):
+            return _fail(source, [Problem(f"{_code(self.path)} is too large to read")])
+        try:
+            text = base64.b64decode(doc["content"]).decode("utf-8-sig")
+        except (binascii.Error, UnicodeDecodeError):
+            return _fail(source, [Problem(f"{_code(self.path)} is not UTF-8 text")])
+        return parse(text, sha=sha, html_url=html_url, path=self.path)
+
+    def forget(self, repo: str) -> None:
+        with self._lock:
+            self._entries.pop(repo.lower(), None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+def _json(data: str | None) -> dict[str, Any]:
+    if not data:
+        return {}
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        return {"message": data[:200]}
+    return doc if isinstance(doc, dict) else {"items": doc}
+
+
+# --- the PR's message ----------------------------------------------------------------------
+
+
+def _code(text: str) -> str:
+    """`text` as a Markdown code span, whatever backticks it holds."""
+    text = text.replace("\n", " ")
+    fence = "`" * (max(map(len, re.findall("`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def render_error(result: ConfigResult) -> str:
+    """Markdown for the PR when `.github/rsi.yml` is malformed ("" when it is not)."""
+    if result.error is None:
+        return ""
+    name = _code(result.path)
+    link = f"[{name}]({result.html_url})" if result.html_url else name
+    sha = f" (blob {_code(result.sha[:7])})" if result.sha else ""
+    lines = [
+        f"### ⚠️ {name} is not valid",
+        "",
+        f"rsi-bot read {link}{sha} from the default branch and could not use it:",
+        "",
+    ]
+    for p in result.problems[:MAX_PROBLEMS]:
+        where = []
+        if p.line is not None:
+            at = f"line {p.line}" + (f", column {p.column}" if p.column else "")
+            where.append(f"[{at}]({result.html_url}#L{p.line})" if result.html_url else at)
+        if p.field:
+            where.append(_code(p.field))
+        head = f"**{' · '.join(where)}**: " if where else ""
+        lines.append(f"- {head}{_inline(p.message)}")
+    if len(result.problems) > MAX_PROBLEMS:
+        lines.append(f"- … and {len(result.problems) - MAX_PROBLEMS} more")
+    if not result.problems:
+        lines.append(f"- {_inline(result.error)}")
+    lines += [
+        "",
+        f"**Until it is fixed, this repository runs with the defaults:** {RepoConfig().summary()}.",
+        "",
+        f"Fix {name} on the default branch; rsi-bot reads it again at the next command or push.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+_SPAN = re.compile(r"(`+)(?!`).*?(?<!`)\1(?!`)")
+
+
+def _inline(message: str) -> str:
+    """A problem message on one Markdown line: HTML-like text outside its code spans is
+    escaped (`<block end>` would otherwise vanish), the spans are kept as they are."""
+    message = message.replace("\n", " ")
+    out, at = [], 0
+    for span in _SPAN.finditer(message):
+        out += [html.escape(message[at : span.start()], quote=False), span.group(0)]
+        at = span.end()
+    out.append(html.escape(message[at:], quote=False))
+    return "".join(out)
+
+
+CACHE = ConfigCache()
+"""The process's cache (the App and its workers each hold one)."""

@@ -1,0 +1,434 @@
+"""`.github/rsi.yml`: the model, its error messages, and reading it through the contents
+API with ETags (against the GitHub stand-in)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from bot import repo_config
+from bot.gh import GitHubApp
+from bot.repo_config import CONFIG_PATH, ConfigCache, ConfigResult, RepoConfig, parse, render_error
+from evidence.policy import Policy
+from tests import appkit
+from tests.standin import GitHubStandIn
+
+FULL = """\
+# .github/rsi.yml
+trigger:
+  allow: [Alice, "@bob"]
+  trusted_pushers: [openrsi-bot]
+approval: never-required
+gpus: [h100, H200, h100]
+rounds: 8
+modes: [streaming]
+thresholds:
+  practical_pct: 2.5
+  latency_p95_pct: 15
+  ttfa_p95_pct: 12.0
+  wer_increase: 0.02
+  failure_rate: 0.005
+budget:
+  max_rounds: 12
+  max_running: 1
+base: main
+"""
+
+CONTENTS = f"/repos/{appkit.UPSTREAM}/contents/{CONFIG_PATH}"
+
+
+# --- the model ---------------------------------------------------------------------------
+
+
+def test_defaults() -> None:
+    c = RepoConfig()
+    assert c.trigger.allow == []
+    assert c.trigger.trusted_pushers == []
+    assert c.approval == "required-for-untrusted"
+    assert c.gpus == ["H100", "H200"]
+    assert c.rounds == 5
+    assert c.modes == ["streaming", "non-streaming"]
+    t = c.thresholds
+    assert (t.practical_pct, t.latency_p95_pct, t.ttfa_p95_pct) == (3.0, 10.0, 10.0)
+    assert (t.wer_increase, t.failure_rate) == (0.01, 0.01)
+    assert (c.budget.max_rounds, c.budget.max_running) == (10, 2)
+    assert c.base == "keep"
+    # The defaults are the engine's own.
+    assert c.policy() == Policy()
+
+
+@pytest.mark.parametrize("text", ["", "\n", "# nothing yet\n", "---\n"])
+def test_empty_file_is_the_defaults(text: str) -> None:
+    result = parse(text)
+    assert result.ok
+    assert result.error is None
+    assert result.found
+    assert result.config == RepoConfig()
+
+
+def test_full_file() -> None:
+    result = parse(FULL)
+    assert result.error is None, result.error
+    c = result.config
+    assert c.trigger.allow == ["alice", "bob"]  # logins are case-insensitive; "@" dropped
+    assert c.trigger.trusted_pushers == ["openrsi-bot"]
+    assert c.approval == "never-required"
+    assert c.gpus == ["H100", "H200"]  # upper-cased, repeats dropped
+    assert c.rounds == 8
+    assert c.modes == ["streaming"]
+    assert c.thresholds.practical_pct == 2.5
+    assert c.thresholds.latency_p95_pct == 15.0
+    assert c.budget.max_rounds == 12
+    assert c.budget.max_running == 1
+    assert c.base == "main"
+
+
+def test_partial_file_keeps_other_defaults() -> None:
+    result = parse("gpus: h200\nthresholds:\n  practical_pct: 5\n")
+    assert result.ok, result.error
+    c = result.config
+    assert c.gpus == ["H200"]  # one value for a list is that list
+    assert c.thresholds.practical_pct == 5.0
+    assert c.thresholds.latency_p95_pct == 10.0
+    assert c.rounds == 5
+    assert c.modes == ["streaming", "non-streaming"]
+    assert c.trigger == RepoConfig().trigger
+
+
+def test_policy_mapping() -> None:
+    policy = parse(FULL).config.policy()
+    assert policy.threshold_pct == 2.5
+    assert policy.guard_latency_p95_pct == 15.0
+    assert policy.guard_ttfa_p95_pct == 12.0
+    assert policy.wer_increase_max == 0.02
+    assert policy.failure_rate_max == 0.005
+    assert policy.guard_pct("latency_p95_s") == 15.0
+    assert policy.guard_pct("audio_ttfp_p95_s") == 12.0
+    # What the file does not name comes from the engine (or a given base policy).
+    assert policy.alpha == Policy().alpha
+    assert policy.min_rounds == Policy().min_rounds
+    assert RepoConfig().policy(Policy(alpha=0.1)).alpha == 0.1
+
+
+def test_trigger_approval_and_budget_helpers() -> None:
+    c = parse(
+        "trigger: {allow: [alice], trusted_pushers: [openrsi-bot]}\nbudget: {max_rounds: 6}\n"
+    ).config
+    assert c.allows("Alice")
+    assert c.allows("@alice")
+    assert not c.allows("mallory")
+    assert c.trusts_pusher("OpenRSI-Bot")
+    assert not c.trusts_pusher("mallory")
+    assert c.trusts_pusher("ci-bot", frozenset({"ci-bot"}))  # RSI_TRUSTED_PUSHERS
+    assert RepoConfig(approval="never-required").trusts_pusher("mallory")
+    assert c.rounds_problem(6) is None
+    assert "budget" in (c.rounds_problem(7) or "")
+    assert c.rounds_problem(1) is not None
+
+
+def test_model_validation_directly() -> None:
+    with pytest.raises(ValidationError):
+        RepoConfig.model_validate({"rounds": 51, "budget": {"max_rounds": 50}})
+    with pytest.raises(ValidationError):
+        RepoConfig.model_validate({"gpus": []})
+    with pytest.raises(ValidationError):
+        RepoConfig.model_validate({"thresholds": {"failure_rate": 1.5}})
+
+
+# --- malformed files are reported, with line and field -----------------------------------
+
+
+def _only(result: ConfigResult) -> repo_config.Problem:
+    assert result.error is not None
+    assert result.config == RepoConfig(), "a malformed file means the defaults"
+    assert len(result.problems) == 1, result.error
+    return result.problems[0]
+
+
+def test_unknown_key_is_reported_with_a_suggestion() -> None:
+    p = _only(parse("gpus: [h100]\nroundz: 5\n"))
+    assert (p.field, p.line, p.column) == ("roundz", 2, 1)
+    assert "unknown key `roundz`" in p.message
+    assert "did you mean `rounds`" in p.message
+    # The valid keys beside the typo do not apply either: the whole file is the defaults.
+
+
+def test_nested_unknown_key() -> None:
+    p = _only(parse("thresholds:\n  practical: 2\n"))
+    assert (p.field, p.line) == ("thresholds.practical", 2)
+    assert "did you mean `practical_pct`" in p.message
+
+
+def test_unknown_key_without_a_close_match_lists_the_known_ones() -> None:
+    p = _only(parse("budget:\n  zzz: 1\n"))
+    assert "`max_rounds`" in p.message
+    assert "`max_running`" in p.message
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "column"),
+    [
+        ("rounds: 5\n  gpus: [h100]\n", 2, 7),  # bad indentation
+        ("gpus: [h100\nrounds: 5\n", 2, 7),  # unclosed flow sequence
+        ("rounds: 5\nmodes: 'streaming\n", 3, 1),  # unclosed quote
+    ],
+)
+def test_yaml_syntax_error_names_line_and_column(text: str, line: int, column: int) -> None:
+    result = parse(text)
+    p = _only(result)
+    assert p.message.startswith("YAML syntax:")
+    assert (p.line, p.column) == (line, column)
+    assert result.error is not None
+    assert result.error.startswith(f"line {line}, column {column}:")
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "line", "words"),
+    [
+        ("rounds: 1\n", "rounds", 1, "greater than or equal to 2"),
+        ("rounds: 51\nbudget: {max_rounds: 50}\n", "rounds", 1, "less than or equal to 50"),
+        ("rounds: 12\n", "rounds", 1, "budget.max_rounds (10)"),
+        ("gpus:\n  - h100\n  - a100\n", "gpus[1]", 3, "'H100' or 'H200'"),
+        ("modes: [batch]\n", "modes[0]", 1, "'streaming' or 'non-streaming'"),
+        ("thresholds:\n  latency_p95_pct: -1\n", "thresholds.latency_p95_pct", 2, ">= 0"),
+        ("thresholds: {failure_rate: 2}\n", "thresholds.failure_rate", 1, "less than or equal"),
+        ("thresholds: 3\n", "thresholds", 1, "mapping"),
+        ("rounds: five\n", "rounds", 1, "valid integer"),
+        ("rounds: true\n", "rounds", 1, "valid integer"),
+        ("approval: sometimes\n", "approval", 1, "never-required"),
+        ("base: latest\n", "base", 1, "'keep' or 'main'"),
+        ("budget: {max_running: 0}\n", "budget.max_running", 1, "greater than or equal to 1"),
+        ("trigger: {allow: ['two words']}\n", "trigger.allow[0]", 1, "not a GitHub login"),
+    ],
+)
+def test_invalid_values(text: str, field: str, line: int, words: str) -> None:
+    p = _only(parse(text))
+    assert p.field == field
+    assert p.line == line
+    expected = words.replace(">= 0", "greater than or equal to 0")
+    assert expected in p.message, p.message
+
+
+def test_rounds_and_gpus_errors_together_in_file_order() -> None:
+    result = parse("rounds: 1\ngpus: [a100]\n")
+    assert [p.field for p in result.problems] == ["rounds", "gpus[0]"]
+    assert result.error is not None
+    assert result.error.splitlines()[0].startswith("line 1, column 9: rounds:")
+    assert "line 2" in result.error.splitlines()[1]
+    assert '`"A100"`' in result.error
+
+
+def test_not_a_mapping() -> None:
+    p = _only(parse("- rounds: 5\n"))
+    assert "mapping" in p.message
+    assert "list" in p.message
+    assert p.line == 1
+
+
+def test_duplicate_key_is_an_error() -> None:
+    p = _only(parse("rounds: 5\ngpus: [h100]\nrounds: 6\n"))
+    assert (p.field, p.line) == ("rounds", 3)
+    assert "twice" in p.message
+
+
+def test_render_error() -> None:
+    url = f"https://github.com/{appkit.UPSTREAM}/blob/main/{CONFIG_PATH}"
+    result = parse("rounds: 1\n@x: <b>\n", html_url=url, sha="0123456789abcdef")
+    md = render_error(result)
+    assert "`.github/rsi.yml`" in md
+    assert url in md
+    assert "`0123456`" in md
+    assert f"({url}#L2)" in md  # links to the line
+    assert "YAML syntax" in md
+    assert "defaults" in md
+    assert "GPUs H100, H200; 5 rounds" in md
+    assert "<b>" not in md.replace("`<b>`", "")  # markup from the file is not rendered
+    invalid = parse("gpus: [a100]\nroundz: 3\n", html_url=url)
+    md = render_error(invalid)
+    assert "`gpus[0]`" in md
+    assert "`roundz`" in md
+    assert "did you mean `rounds`" in md
+    assert f"({url}#L1)" in md
+    assert f"({url}#L2)" in md
+    assert render_error(parse("rounds: 5\n")) == ""
+
+
+def test_render_error_quotes_values_safely() -> None:
+    md = render_error(parse("approval: '@maintainers `x`'\n"))
+    # A value from the file sits in a code span: no mention, no broken Markdown.
+    line = next(x for x in md.splitlines() if x.startswith("- "))
+    assert '``"@maintainers `x`"``' in line
+    assert "&lt;" not in line
+
+
+# --- reading it from GitHub ----------------------------------------------------------------
+
+
+@pytest.fixture
+def gh_app(tmp_path: Path, github: GitHubStandIn) -> GitHubApp:
+    return GitHubApp(appkit.settings(tmp_path, github.url))
+
+
+@pytest.fixture
+def iid(gh_app: GitHubApp) -> int:
+    return gh_app.installation_id(appkit.UPSTREAM)
+
+
+def _reads(github: GitHubStandIn) -> list[Any]:
+    return [r for r in github.requests if r.method == "GET" and r.path.lower() == CONTENTS.lower()]
+
+
+def test_absent_file_is_the_defaults(github: GitHubStandIn, gh_app: GitHubApp, iid: int) -> None:
+    result = ConfigCache().get(gh_app, iid, appkit.UPSTREAM)
+    assert result.config == RepoConfig()
+    assert result.error is None
+    assert not result.found
+    assert result.sha is None
+    assert [r.status for r in _reads(github)] == [404]
+    assert render_error(result) == ""
+
+
+def test_file_is_read_then_revalidated_with_its_etag(
+    github: GitHubStandIn, gh_app: GitHubApp, iid: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    github.set_file(appkit.UPSTREAM, CONFIG_PATH, FULL)
+    parsed: list[str] = []
+    real_parse = repo_config.parse
+
+    def spy(text: str, **kw: Any) -> ConfigResult:
+        parsed.append(text)
+        return real_parse(text, **kw)
+
+    monkeypatch.setattr(repo_config, "parse", spy)
+    cache = ConfigCache()
+
+    first = cache.get(gh_app, iid, appkit.UPSTREAM)
+    assert first.error is None
+    assert first.found
+    assert first.config.rounds == 8
+    assert first.config.gpus == ["H100", "H200"]
+    assert first.sha
+    assert first.html_url
+    assert first.html_url.endswith(f"/blob/main/{CONFIG_PATH}")
+    assert parsed == [FULL]
+
+    second = cache.get(gh_app, iid, appkit.UPSTREAM.upper())  # repo names are case-insensitive
+    assert second is first
+    assert parsed == [FULL], "a 304 must not re-parse"
+    reads = _reads(github)
+    assert [r.status for r in reads] == [200, 304]
+    etag = "If-None-Match"
+    assert etag not in reads[0].headers
+    assert reads[-1].headers[etag] == f'"{first.sha}"'
+    assert reads[-1].status == 304
+
+    # The file changes on the default branch: the next get reads it again.
+    github.set_file(appkit.UPSTREAM, CONFIG_PATH, "rounds: 3\n")
+    third = cache.get(gh_app, iid, appkit.UPSTREAM)
+    assert third.config.rounds == 3
+    assert third.config.gpus == ["H100", "H200"]
+    assert third.sha != first.sha
+    assert parsed == [FULL, "rounds: 3\n"]
+    assert _reads(github)[-1].status == 200
+    assert _reads(github)[-1].headers[etag] == f'"{first.sha}"'
+
+    # And is revalidated against the new ETag.
+    assert cache.get(gh_app, iid, appkit.UPSTREAM) is third
+    assert _reads(github)[-1].status == 304
+    assert _reads(github)[-1].headers[etag] == f'"{third.sha}"'
+
+
+def test_same_blob_under_a_new_etag_is_not_reparsed(
+    github: GitHubStandIn, gh_app: GitHubApp, iid: int
+) -> None:
+    github.set_file(appkit.UPSTREAM, CONFIG_PATH, "rounds: 4\n")
+    cache = ConfigCache()
+    first = cache.get(gh_app, iid, appkit.UPSTREAM)
+    # An ETag also varies with the token, so GitHub may answer 200 for the same blob.
+    cache._entries[appkit.UPSTREAM.lower()].etag = '"stale"'
+    assert cache.get(gh_app, iid, appkit.UPSTREAM) is first
+    assert _reads(github)[-1].status == 200
+
+
+def test_file_removed_means_defaults_again(
+    github: GitHubStandIn, gh_app: GitHubApp, iid: int
+) -> None:
+    github.set_file(appkit.UPSTREAM, CONFIG_PATH, "rounds: 4\n")
+    cache = ConfigCache()
+    assert cache.get(gh_app, iid, appkit.UPSTREAM).config.rounds == 4
+    del github.repo(appkit.UPSTREAM).files[(None, CONFIG_PATH)]
+    result = cache.get(gh_app, iid, appkit.UPSTREAM)
+    assert result.config == RepoConfig()
+    assert result.error is None
+    assert not result.found
+
+
+def test_read_from_the_default_branch_only(
+    github: GitHubStandIn, gh_app: GitHubApp, iid: int
+) -> None:
+    github.set_file(appkit.UPSTREAM, CONFIG_PATH, "rounds: 9\n", ref="feature")
+    github.set_file(appkit.UPSTREAM, CONFIG_PATH, "rounds: 4\n", ref="main")
+    assert ConfigCache().get(gh_app, iid, appkit.UPSTREAM).config.rounds == 4
+
+
+def test_malformed_file_gives_defaults_and_an_error(
+    github: GitHubStandIn, gh_app: GitHubApp, iid: int
+) -> None:
+    github.set_file(appkit.UPSTREAM, CONFIG_PATH, "gpus: [h100]\nrounds: 1\n")
+    cache = ConfigCache()
+    result = cache.get(gh_app, iid, appkit.UPSTREAM)
+    assert result.config == RepoConfig()
+    assert result.found
+    assert result.error is not None
+    assert "line 2" in result.error
+    assert "rounds" in result.error
+    md = render_error(result)
+    assert result.html_url is not None
+    assert f"({result.html_url}#L2)" in md
+    # Still reported while unchanged (from the cache, on a 304).
+    again = cache.get(gh_app, iid, appkit.UPSTREAM)
+    assert again.error == result.error
+    assert _reads(github)[-1].status == 304
+
+    github.set_file(appkit.UPSTREAM, CONFIG_PATH, "gpus: [h100\n")
+    broken = cache.get(gh_app, iid, appkit.UPSTREAM)
+    assert broken.error is not None
+    assert broken.error.startswith("line 2, column 1: YAML syntax")
+
+    github.set_file(appkit.UPSTREAM, CONFIG_PATH, "gpus: [h100]\n")
+    fixed = cache.get(gh_app, iid, appkit.UPSTREAM)
+    assert fixed.ok
+    assert fixed.config.gpus == ["H100"]
+
+
+def test_non_utf8_file_is_reported(github: GitHubStandIn, gh_app: GitHubApp, iid: int) -> None:
+    github.set_file(appkit.UPSTREAM, CONFIG_PATH, b"rounds: \xff\n")
+    result = ConfigCache().get(gh_app, iid, appkit.UPSTREAM)
+    assert result.error is not None
+    assert "UTF-8" in result.error
+    assert result.config == RepoConfig()
+
+
+def test_concurrent_gets(github: GitHubStandIn, gh_app: GitHubApp, iid: int) -> None:
+    github.set_file(appkit.UPSTREAM, CONFIG_PATH, "rounds: 6\n")
+    cache = ConfigCache()
+    seen: list[int] = []
+    lock = threading.Lock()
+
+    def work() -> None:
+        for _ in range(3):
+            rounds = cache.get(gh_app, iid, appkit.UPSTREAM).config.rounds
+            with lock:
+                seen.append(rounds)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert seen == [6] * 12
+    assert {r.status for r in _reads(github)} <= {200, 304}
