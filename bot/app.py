@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import logging
-
 from flask import Flask, Response, jsonify
 from sqlalchemy import text
 
-from bot import runtime
+from bot import observability, runtime
 from bot.config import Settings, load_settings
 
 
 def create_app(settings: Settings | None = None, *, rt: runtime.Runtime | None = None) -> Flask:
     settings = settings or (rt.settings if rt else load_settings())
-    logging.basicConfig(
-        level=settings.LOG_LEVEL, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    observability.configure_logging(settings)
+    observability.init_sentry(settings, "web")
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = 25 * 1024 * 1024  # GitHub caps payloads at 25 MB
     app.extensions["rsi"] = rt or runtime.build(settings)
@@ -25,6 +22,7 @@ def create_app(settings: Settings | None = None, *, rt: runtime.Runtime | None =
     app.register_blueprint(webhooks.bp)
     app.register_blueprint(intake.bp)
     app.register_blueprint(reports.bp)
+    observability.init_app(app, app.extensions["rsi"])
 
     @app.get("/healthz")
     def healthz() -> tuple[Response, int]:

@@ -111,17 +111,22 @@ def db_upgrade() -> None:
 
 @main.command()
 @click.option("--workers", default=2, show_default=True, help="Worker threads.")
-def worker(workers: int) -> None:
+@click.option(
+    "--metrics-port",
+    type=int,
+    default=None,
+    help="Serve this worker's Prometheus /metrics on this port (jobs, GitHub calls).",
+)
+def worker(workers: int, metrics_port: int | None) -> None:
     """Run the queue consumer (the Procfile's `worker:`)."""
-    import logging
-
-    from bot import runtime
+    from bot import observability, runtime
 
     settings = _settings()
-    logging.basicConfig(
-        level=settings.LOG_LEVEL, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    observability.configure_logging(settings)
+    observability.init_sentry(settings, "worker")
     rt = runtime.build(settings)
+    if metrics_port is not None:
+        observability.serve_metrics(rt, metrics_port)
     rt.huey.create_consumer(workers=workers, worker_type="thread", periodic=True).run()
 
 
@@ -135,11 +140,13 @@ def serve(host: str, port: int, workers: int) -> None:
 
     from werkzeug.serving import make_server
 
-    from bot import runtime
+    from bot import observability, runtime
     from bot.app import create_app
     from bot.db import upgrade
 
     settings = _settings()
+    observability.configure_logging(settings)
+    observability.init_sentry(settings, "serve")
     upgrade(settings.DATABASE_URL)
     rt = runtime.build(settings)
     server = make_server(host, port, create_app(rt=rt), threaded=True)
@@ -159,3 +166,48 @@ def reconcile() -> None:
     runtime.build(_settings())
     tasks.reconcile()
     click.echo("reconciled")
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8000, show_default=True, type=int)
+@click.option(
+    "--manifest",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="The App manifest to post (default: the project's app.yml).",
+)
+def setup(host: str, port: int, manifest: Path | None) -> None:
+    """Create the GitHub App from app.yml and write its credentials to .env (first run).
+
+    Serves /setup until stopped: open PUBLIC_URL/setup, create the App on GitHub, and
+    GitHub sends you back to PUBLIC_URL/setup/complete, which writes APP_ID, PRIVATE_KEY,
+    WEBHOOK_SECRET and RSI_INTAKE_SECRET into RSI_ENV_FILE (default .env).
+    """
+    from werkzeug.serving import make_server
+
+    from bot import observability
+    from bot.setup import create_setup_app, load_setup_settings
+
+    settings = load_setup_settings()
+    if settings.APP_ID is not None:
+        click.echo(
+            f"rsi-bot setup: APP_ID is already set (environment or {settings.RSI_ENV_FILE}); "
+            "setup only creates a new App. Remove APP_ID to create another.",
+            err=True,
+        )
+        sys.exit(2)
+    observability.configure_logging(settings)
+    app = create_setup_app(settings, manifest=manifest)
+    server = make_server(host, port, app, threaded=True)
+    click.echo(
+        f"rsi-bot setup listening on http://{host}:{port}: open {settings.public_url}/setup "
+        f"(GitHub sends you back to {settings.public_url}/setup/complete, so that URL must "
+        "reach this server). Stop with Ctrl-C once the App is created."
+    )
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()

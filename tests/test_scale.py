@@ -144,7 +144,7 @@ def test_two_apps_two_workers_publish_each_verification_once(
     urls, db_url = cluster
     db = Database(db_url)
     vids = []
-    for i, url in enumerate(urls):  # one candidate through each instance
+    for i in range(len(urls)):  # two candidates, each sent to both instances
         ref = f"rsi/change-{i}"
         github.add_branch(appkit.FORK, ref, appkit.candidate()["head"]["sha"])
         body = appkit.dumps(

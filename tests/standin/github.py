@@ -56,6 +56,7 @@ from tests.standin.state import (
     Fault,
     Installation,
     Issue,
+    ManifestApp,
     Pull,
     RecordedRequest,
     Repo,
@@ -281,6 +282,7 @@ class GitHubStandIn:
         self.runs: dict[int, Run] = {}
         self.artifacts: dict[int, Artifact] = {}
         self.blobs: dict[str, Blob] = {}
+        self.manifest_apps: dict[str, ManifestApp] = {}  # code → App made from a manifest
         self._faults: list[Fault] = []
         self._user_ids: dict[str, int] = {}
         self._ids = itertools.count(1_000_001)
@@ -662,6 +664,50 @@ class GitHubStandIn:
         with self._lock:
             self._faults.clear()
 
+    def create_app_from_manifest(
+        self,
+        manifest: Mapping[str, Any],
+        *,
+        owner: str = "openrsi-bot",
+        owner_type: str = "Organization",
+        webhook_secret: bool = True,
+    ) -> str:
+        """What GitHub's web side does when a browser posts a manifest to
+        ``/settings/apps/new``: check it, create the App and return the temporary
+        ``code`` that the browser brings to the manifest's ``redirect_url``."""
+        problems = _manifest_problems(manifest)
+        if problems:
+            with self._lock:
+                self.errors.extend(f"app manifest: {p}" for p in problems)
+            raise AssertionError("GitHub would refuse this App manifest: " + "; ".join(problems))
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import rsa
+
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        pem = key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.TraditionalOpenSSL,
+            serialization.NoEncryption(),
+        ).decode()
+        with self._lock:
+            app_id = next(self._ids)
+            slug = re.sub(r"[^a-z0-9]+", "-", str(manifest["name"]).lower()).strip("-")
+            code = secrets.token_hex(20)
+            self.manifest_apps[code] = ManifestApp(
+                code=code,
+                id=app_id,
+                slug=slug,
+                owner=owner,
+                owner_type=owner_type,
+                manifest=json.loads(json.dumps(manifest)),
+                pem=pem,
+                webhook_secret=secrets.token_hex(20) if webhook_secret else None,
+                client_id=f"Iv23li{secrets.token_hex(7)}",
+                client_secret=secrets.token_hex(20),
+                created_at=self.clock(),
+            )
+            return code
+
     # --- inspection -----------------------------------------------------------------
 
     def matching(
@@ -852,6 +898,8 @@ class GitHubStandIn:
     def _authenticate(self, label: str, spec: _RouteSpec, ctx: _Ctx) -> None:
         scheme, _, credential = ctx.headers.get("Authorization", "").partition(" ")
         scheme, credential = scheme.lower(), credential.strip()
+        if spec.auth == "none":
+            return
         if spec.auth == "jwt":
             if scheme != "bearer" or not credential:
                 raise self._unauthorized(f"{label}: needs 'Authorization: Bearer <App JWT>'")
@@ -1678,6 +1726,35 @@ class GitHubStandIn:
             raise _not_found()  # GitHub's answer for "not installed" (the app may probe)
         return _Answer(200, self._installation_json(self.installations[repo.installation_id]))
 
+    @_route("post", "/app-manifests/{code}/conversions", auth="none")
+    def _convert_manifest(self, ctx: _Ctx) -> _Answer:
+        """Valid once: a second conversion of the same code is GitHub's 404."""
+        made = self.manifest_apps.get(ctx.params["code"])
+        if made is None or made.converted:
+            raise _not_found()
+        made.converted = True
+        doc = made.manifest
+        body = self.openapi.example("integration-from-manifest")
+        body.update(
+            id=made.id,
+            slug=made.slug,
+            node_id=_node_id("Integration", made.id),
+            client_id=made.client_id,
+            owner=self._user(made.owner, made.owner_type),
+            name=str(doc["name"]),
+            description=str(doc.get("description") or ""),
+            external_url=str(doc["url"]),
+            html_url=f"{self.web_url}/apps/{made.slug}",
+            created_at=_iso(made.created_at),
+            updated_at=_iso(made.created_at),
+            permissions=dict(doc.get("default_permissions") or {}),
+            events=list(doc.get("default_events") or []),
+            client_secret=made.client_secret,
+            webhook_secret=made.webhook_secret,
+            pem=made.pem,
+        )
+        return _Answer(201, body)
+
     # --- handlers: repositories, issues, pulls ----------------------------------------
 
     @_route("get", "/repos/{owner}/{repo}")
@@ -2305,6 +2382,53 @@ _DEFAULT_FAULT_MESSAGES = {
     504: "We couldn't respond to your request in time. Sorry about that. Please try "
     "resubmitting your request and contact us if the problem persists.",
 }
+
+
+_MANIFEST_KEYS = frozenset(
+    {
+        "name",
+        "url",
+        "hook_attributes",
+        "redirect_url",
+        "callback_urls",
+        "setup_url",
+        "description",
+        "public",
+        "default_events",
+        "default_permissions",
+        "request_oauth_on_install",
+        "setup_on_update",
+    }
+)
+
+
+def _manifest_problems(manifest: Mapping[str, Any]) -> list[str]:
+    """What GitHub's app-creation page would refuse in a manifest (its documented
+    parameters: https://docs.github.com/apps/sharing-github-apps/registering-a-github-app-from-a-manifest)."""
+    problems = [f"unknown parameter {k!r}" for k in manifest if k not in _MANIFEST_KEYS]
+
+    def url(value: Any) -> bool:
+        return isinstance(value, str) and value.startswith(("https://", "http://"))
+
+    if not isinstance(manifest.get("name"), str) or not manifest["name"].strip():
+        problems.append("name is required")
+    if not url(manifest.get("url")):
+        problems.append("url (the App's homepage) is required")
+    hook = manifest.get("hook_attributes")
+    if hook is not None and (not isinstance(hook, dict) or not url(hook.get("url"))):
+        problems.append("hook_attributes.url must be a URL")
+    for key in ("redirect_url", "setup_url"):
+        if key in manifest and not url(manifest[key]):
+            problems.append(f"{key} must be a URL")
+    permissions = manifest.get("default_permissions") or {}
+    if not isinstance(permissions, dict) or any(
+        v not in ("read", "write", "admin") for v in permissions.values()
+    ):
+        problems.append("default_permissions must map permissions to read/write/admin")
+    events = manifest.get("default_events") or []
+    if not isinstance(events, list) or not all(isinstance(e, str) for e in events):
+        problems.append("default_events must be a list of event names")
+    return problems
 
 
 def _parse_time(value: Any) -> datetime | None:

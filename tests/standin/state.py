@@ -206,3 +206,22 @@ class Repo:
     @property
     def full_name(self) -> str:
         return f"{self.owner}/{self.name}"
+
+
+@dataclass
+class ManifestApp:
+    """A GitHub App created from a manifest on GitHub's web side, waiting for (or past)
+    its one code conversion (``POST /app-manifests/{code}/conversions``)."""
+
+    code: str
+    id: int
+    slug: str
+    owner: str
+    owner_type: str
+    manifest: dict[str, Any]
+    pem: str
+    webhook_secret: str | None
+    client_id: str
+    client_secret: str
+    created_at: datetime
+    converted: bool = False
