@@ -25,6 +25,7 @@ and correct, whichever process answers.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import logging
 import re
@@ -41,6 +42,8 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
+    from sentry_sdk.types import Event
+
     from bot.config import Settings
     from bot.db import Database
     from bot.gh import GitHubApp
@@ -50,16 +53,14 @@ log = logging.getLogger(__name__)
 
 # --- logs that carry the delivery id ----------------------------------------------------
 
-_delivery: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "rsi_delivery", default=None
-)
+_delivery: contextvars.ContextVar[str | None] = contextvars.ContextVar("rsi_delivery", default=None)
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s%(context)s: %(message)s"
 _MAX_ID = 100  # the deliveries table's id column
 
 
 class _HasLogLevel(Protocol):
     @property
-    def LOG_LEVEL(self) -> str: ...  # noqa: N802 (the environment variable's name)
+    def LOG_LEVEL(self) -> str: ...
 
 
 def current_delivery() -> str | None:
@@ -168,11 +169,14 @@ _PATTERNS = (
     # JSON web tokens (the App's JWT).
     re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
     # Private keys, whole or cut off; with real or escaped newlines.
-    re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)", re.S),
+    re.compile(
+        r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)", re.S
+    ),
     # HMAC signatures of webhooks and intake requests.
     re.compile(r"sha256=[0-9a-fA-F]{64}"),
 )
-_URL_TOKEN = re.compile(r"([?&](?:token|code|state)=)[^&#\s'\"]+")
+# Report tokens in URLs (and the setup flow's code and state).
+_URL_TOKEN = re.compile(r"((?:^|[?&])(?:token|code|state)=)[^&#\s'\"]+")
 _MIN_SECRET = 6  # shorter configured secrets are only matched as whole values
 
 
@@ -226,13 +230,13 @@ class Scrubber:
             return [self.scrub(v) for v in node]
         return node
 
-    def __call__(self, event: dict[str, Any], hint: dict[str, Any] | None = None) -> dict[str, Any]:
-        req = event.get("request")
+    def __call__(self, event: Event, hint: dict[str, Any]) -> Event:
+        req: Any = event.get("request")
         if isinstance(req, dict):
             for key in ("data", "cookies"):
                 if key in req:
                     req[key] = FILTERED
-        scrubbed: dict[str, Any] = self.scrub(event)
+        scrubbed: Event = self.scrub(event)
         return scrubbed
 
 
@@ -247,13 +251,14 @@ def _url_password(url: str | None) -> str | None:
 
 def configured_secrets(settings: Settings) -> list[str]:
     """Every secret the configuration holds, as plain text (for the `Scrubber`)."""
-    found = [settings.WEBHOOK_SECRET.get_secret_value(), settings.RSI_INTAKE_SECRET.get_secret_value()]
+    found = [
+        settings.WEBHOOK_SECRET.get_secret_value(),
+        settings.RSI_INTAKE_SECRET.get_secret_value(),
+    ]
     if settings.PRIVATE_KEY is not None:
         found.append(settings.PRIVATE_KEY.get_secret_value())
-    try:
+    with contextlib.suppress(OSError):  # PRIVATE_KEY_PATH unreadable: nothing to hide
         found.append(settings.private_key())
-    except OSError:
-        pass
     if settings.SENTRY_DSN is not None:
         found.append(settings.SENTRY_DSN.get_secret_value())
     for url in (settings.DATABASE_URL, settings.REDIS_URL):
@@ -334,8 +339,7 @@ class Metrics:
         )
         self.github_requests = Counter(
             "rsi_github_requests",
-            "HTTP responses from the GitHub API by method and status; each retried attempt "
-            "counts.",
+            "HTTP responses from the GitHub API by method and status; each retried attempt counts.",
             ["method", "status"],
             registry=None,
         )
@@ -496,6 +500,7 @@ def serve_metrics(rt: Runtime, port: int, host: str = "0.0.0.0") -> Callable[[],
         if not stopping.is_set():
             stopping.set()
             server.shutdown()
+            server.server_close()
             thread.join(timeout=5)
 
     return stop
