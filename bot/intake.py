@@ -13,7 +13,7 @@ from flask import Blueprint, Response, current_app, jsonify, request
 from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
 
-from bot import flow
+from bot import flow, observability
 from bot.models import Delivery
 from bot.runtime import Runtime
 from bot.signatures import valid
@@ -44,11 +44,13 @@ def candidates() -> tuple[Response, int]:
         errors = [
             {"field": ".".join(str(x) for x in e["loc"]), "message": e["msg"]} for e in exc.errors()
         ]
+        observability.count_delivery("candidate", "rejected")
         return jsonify(error="malformed candidate", errors=errors), 422
     key = f"intake:{delivery}"
     with rt.db.session() as s:
         seen = s.get(Delivery, key)
         if seen is not None:
+            observability.count_delivery("candidate", "duplicate")
             return jsonify(seen.result or {}), 202
     try:
         with rt.db.session() as s:
@@ -77,5 +79,6 @@ def candidates() -> tuple[Response, int]:
         rt.tasks.start(answer["verification_id"])
     except Exception:
         log.exception("could not enqueue %s; the reconciler will", answer["verification_id"])
+    observability.count_delivery("candidate", "accepted")
     log.info("candidate %s → verification %s", cand.candidate_id, answer["verification_id"])
     return jsonify(answer), 202
