@@ -1,0 +1,121 @@
+"""A Llama-shaped decoder with random weights, built from a config (no downloads), and a
+batched decode step run either eagerly or replayed as one CUDA graph.
+
+Imported only on the GPU machine: it needs PyTorch, which the runner's core does not.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass(frozen=True)
+class Config:
+    layers: int = 8
+    d_model: int = 2048
+    heads: int = 16
+    ffn_mult: int = 4
+    vocab: int = 4096
+    max_batch: int = 16
+    max_steps: int = 96
+
+
+class Decoder:
+    """Weights and a static KV cache for `max_batch` sequences of `max_steps` tokens."""
+
+    def __init__(
+        self, cfg: Config, device: str, dtype: torch.dtype = torch.float16, seed: int = 0
+    ) -> None:
+        g = torch.Generator(device="cpu").manual_seed(seed)
+        d, h = cfg.d_model, cfg.heads
+        self.cfg, self.device, self.dtype = cfg, device, dtype
+
+        def w(*shape: int) -> torch.Tensor:
+            t = torch.randn(*shape, generator=g) / math.sqrt(shape[-1])
+            return t.to(device=device, dtype=dtype)
+
+        self.embed = w(cfg.vocab, d)
+        self.layers = [
+            {
+                "qkv": w(3 * d, d),
+                "o": w(d, d),
+                "up": w(cfg.ffn_mult * d, d),
+                "down": w(d, cfg.ffn_mult * d),
+                "n1": torch.ones(d, device=device, dtype=dtype),
+                "n2": torch.ones(d, device=device, dtype=dtype),
+            }
+            for _ in range(cfg.layers)
+        ]
+        self.head = w(cfg.vocab, d)
+        shape = (cfg.layers, cfg.max_batch, h, cfg.max_steps, d // h)
+        self.k = torch.zeros(shape, device=device, dtype=dtype)
+        self.v = torch.zeros(shape, device=device, dtype=dtype)
+        # Static inputs of one step (so a CUDA graph can replay it).
+        self.tokens = torch.zeros(cfg.max_batch, dtype=torch.long, device=device)
+        self.pos = torch.zeros((), dtype=torch.long, device=device)
+        self.mask = torch.zeros(1, 1, 1, cfg.max_steps, dtype=torch.bool, device=device)
+        self.out = torch.zeros(cfg.max_batch, dtype=torch.long, device=device)
+        self.graph: Any = None
+
+    @staticmethod
+    def _rms(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * weight
+
+    def step(self) -> None:
+        """One decode step for the whole batch: embed, N layers, greedy next token."""
+        cfg = self.cfg
+        b, h, dh = cfg.max_batch, cfg.heads, cfg.d_model // cfg.heads
+        x = self.embed[self.tokens]
+        for i, L in enumerate(self.layers):
+            y = self._rms(x, L["n1"])
+            q, k, v = (y @ L["qkv"].T).view(b, 3, h, dh).unbind(1)
+            self.k[i].index_copy_(2, self.pos.view(1), k.unsqueeze(2))
+            self.v[i].index_copy_(2, self.pos.view(1), v.unsqueeze(2))
+            a = F.scaled_dot_product_attention(
+                q.unsqueeze(2), self.k[i], self.v[i], attn_mask=self.mask
+            )
+            x = x + a.squeeze(2).reshape(b, -1) @ L["o"].T
+            y = self._rms(x, L["n2"])
+            x = x + F.silu(y @ L["up"].T) @ L["down"].T
+        self.out.copy_(torch.argmax(x @ self.head.T, dim=-1))
+
+    def capture(self) -> None:
+        """Record one step as a CUDA graph (after a warm-up on a side stream)."""
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                self.step()
+        torch.cuda.current_stream().wait_stream(s)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.step()
+
+    def generate(
+        self, first_tokens: list[int], steps: int, on_chunk: Any = None, chunk: int = 8
+    ) -> list[int]:
+        """Decode `steps` tokens for the batch; `on_chunk(step)` every `chunk` steps."""
+        n = len(first_tokens)
+        self.tokens.zero_()
+        self.tokens[:n] = torch.tensor(first_tokens, device=self.device)
+        self.mask.zero_()
+        for t in range(steps):
+            self.pos.fill_(t)
+            self.mask[..., t] = True
+            if self.graph is not None:
+                self.graph.replay()
+            else:
+                self.step()
+            self.tokens.copy_(self.out)
+            if on_chunk is not None and (t + 1) % chunk == 0:
+                torch.cuda.synchronize() if self.device == "cuda" else None
+                on_chunk(t + 1)
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+        tokens: list[int] = self.out[:n].tolist()
+        return tokens
