@@ -33,6 +33,7 @@ def push(github: GitHubStandIn, number: int, sha: str, sender: str) -> dict[str,
     p["number"] = number
     p["pull_request"]["number"] = number
     p["pull_request"]["head"]["sha"] = sha
+    p["pull_request"]["base"]["ref"] = "main"
     p["sender"]["login"] = sender
     p["sender"]["type"] = "User"
     return p
@@ -306,3 +307,19 @@ def test_malformed_repo_config_is_reported_on_the_pr(
     assert len(notes) == 1
     assert "line 2, column 1" in notes[0]
     assert "runs with the defaults" in notes[0]
+
+
+def test_config_base_main_measures_pushes_against_the_current_main(
+    app: Flask, client: FlaskClient, github: GitHubStandIn
+) -> None:
+    main_tip = "9" * 40
+    github.set_file(appkit.UPSTREAM, ".github/rsi.yml", "base: main\n")
+    vid = promote(client)["verification_id"]
+    number = verification(app, vid).pr_number
+    assert number is not None
+    github.add_branch(appkit.UPSTREAM, "main", main_tip)
+    deliver(client, "pull_request", push(github, number, NEW_SHA, "openrsi-bot"), "p-1")
+    v = latest(app, number)
+    assert v.head_sha == NEW_SHA
+    assert v.base_sha == main_tip
+    assert v.candidate["base_sha"] == main_tip

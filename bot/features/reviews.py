@@ -44,6 +44,11 @@ def pushed(payload: Payload) -> None:
         or config.approval == "never-required"
         or trust.can_write(rt, repo, sender)
     )
+    # A repository may ask to be measured against the current main automatically.
+    base_sha = None
+    if config.base == "main":
+        base_ref = payload["pull_request"]["base"]["ref"]
+        base_sha = rt.github.repo(repo).get_branch(base_ref).commit.sha
     with rt.db.session() as s:
         pr = _tracked(s, payload)
         assert pr is not None
@@ -58,6 +63,7 @@ def pushed(payload: Payload) -> None:
             trigger=f"{trigger} by @{sender}",
             requested_by=sender,
             review_round=review_round,
+            base_sha=base_sha,
         )
         vid = v.id if v else None
     if vid:

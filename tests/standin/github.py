@@ -2344,6 +2344,22 @@ class GitHubStandIn:
             200, body, {"ETag": etag, "Cache-Control": "private, max-age=60, s-maxage=60"}
         )
 
+    @_route("get", "/repos/{owner}/{repo}/branches/{branch}", permission=(("contents", "read"),))
+    def _get_branch(self, ctx: _Ctx) -> _Answer:
+        repo = ctx.need_repo()
+        name = ctx.params["branch"]
+        sha = repo.branches.get(name)
+        if sha is None:
+            raise _not_found()
+        data = self.openapi.example("branch-with-protection")
+        data = _replace_strings(data, self._url_rewrites("octocat/Hello-World", repo.full_name))
+        data["name"] = name
+        data["protected"] = False
+        data["protection"] = {"enabled": False}  # GitHub's own example is off its schema
+        data["commit"]["sha"] = sha
+        data["commit"]["url"] = f"{self.url}/repos/{repo.full_name}/commits/{sha}"
+        return _Answer(200, data)
+
     @_route(
         "get",
         "/repos/{owner}/{repo}/compare/{basehead}",
