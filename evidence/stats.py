@@ -8,6 +8,7 @@ that may be zero (WER, failure rate) are compared as differences instead.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Literal
 
@@ -58,8 +59,12 @@ def compare(
             p = 1.0 if d == 0.0 else 0.0
             mde = 0.0
         else:
-            res = stats.ttest_ind(xh, xb, equal_var=False)
-            ci = res.confidence_interval(1 - alpha)
+            # One side may repeat itself exactly (a rounded p95, a start-up time): SciPy
+            # then warns about precision loss, but Welch's interval is still well defined.
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.filterwarnings("ignore", "Precision loss", RuntimeWarning)
+                res = stats.ttest_ind(xh, xb, equal_var=False)
+                ci = res.confidence_interval(1 - alpha)
             lo, hi, p = float(ci.low), float(ci.high), float(res.pvalue)
             se = math.sqrt(vb / base.size + vh / head.size)
             df = float(res.df)

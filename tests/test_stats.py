@@ -67,3 +67,10 @@ def test_holm_matches_the_textbook_example() -> None:
     assert holm([0.5]) == [0.5]
     assert holm([]) == []
     assert max(holm([0.9, 0.8, 0.7])) <= 1.0
+
+
+def test_one_side_repeating_itself_exactly_still_has_an_interval() -> None:
+    c = compare(np.array([40.0, 40.0]), np.array([41.0, 42.0]), "log")
+    assert c.lo is not None
+    assert c.hi is not None
+    assert c.lo < c.delta < c.hi  # type: ignore[operator]

@@ -1,0 +1,235 @@
+"""`rsi-runner` / `python3 -m runners`: the runner's command line (standard library only).
+
+    rsi-runner verify --repo URL_OR_PATH --base SHA --head-repo URL_OR_PATH --head SHA \\
+        --task NAME_OR_TOML --gpu h100|h200|cpu --rounds N \\
+        --modes streaming,non-streaming --out DIR
+    rsi-runner tasks          list the task files and check that each one loads
+    rsi-runner fingerprint    print this machine's environment fingerprint
+
+Exit status of `verify`: 0 when the whole schedule ran (failed runs are data in the
+bundle, not errors of the runner), 1 when it was cut short (`complete: false`), 2 for a
+usage error (no bundle written), 128+N when stopped by signal N (a bundle is written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+from runners import __version__, schedule
+from runners import task as tasks
+from runners.bundle import BundleError
+
+
+def _csv(value: str) -> list[str]:
+    return [x.strip() for x in value.split(",") if x.strip()]
+
+
+def _ints(value: str) -> list[int]:
+    try:
+        out = [int(x) for x in _csv(value)]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected integers like 1,16: {value!r}") from exc
+    if not out or any(x < 1 for x in out):
+        raise argparse.ArgumentTypeError(f"expected positive integers like 1,16: {value!r}")
+    return out
+
+
+def _modes(value: str) -> list[str]:
+    out = _csv(value)
+    bad = [m for m in out if m not in schedule.MODE_TAGS]
+    if not out or bad:
+        raise argparse.ArgumentTypeError(
+            f"modes are streaming and non-streaming (comma-separated), not {value!r}"
+        )
+    return list(dict.fromkeys(out))
+
+
+def _positive_int(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, not {value!r}") from exc
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, not {value!r}")
+    return n
+
+
+def _seconds(value: str) -> float:
+    try:
+        n = float(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected seconds, not {value!r}") from exc
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, not {value!r}")
+    return n
+
+
+def _gpu(value: str) -> str:
+    v = value.strip().lower()
+    if not re.fullmatch(r"[a-z0-9-]+", v):
+        raise argparse.ArgumentTypeError(f"expected h100, h200 or cpu, not {value!r}")
+    return v
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="rsi-runner",
+        description="Measure base and head of one change on this machine and write a bundle.",
+    )
+    ap.add_argument("--version", action="version", version=f"rsi-runner {__version__}")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    v = sub.add_parser(
+        "verify",
+        help="check out base and head, run the task's benchmark in balanced rounds, write a bundle",
+        description="Check out base and head as git worktrees, prepare them, and run the "
+        "task's server and benchmark in interleaved, order-balanced rounds (base, head, head, "
+        "base, …) per mode and concurrency. Writes a bundle (manifest.json last).",
+    )
+    req = v.add_argument_group("required")
+    req.add_argument("--repo", required=True, help="upstream repository: URL or local path")
+    req.add_argument("--base", required=True, help="base commit (SHA, or a ref)")
+    req.add_argument("--head", required=True, help="head commit (SHA, or a ref)")
+    req.add_argument(
+        "--task", required=True, help=f"task name ({', '.join(tasks.available())}) or a .toml"
+    )
+    req.add_argument("--gpu", required=True, type=_gpu, help="h100, h200 or cpu")
+    req.add_argument("--rounds", required=True, type=_positive_int, help="rounds per side")
+    req.add_argument(
+        "--modes",
+        required=True,
+        type=_modes,
+        help="comma-separated: streaming,non-streaming",
+    )
+    req.add_argument("--out", required=True, type=Path, help="new folder for the bundle")
+    opt = v.add_argument_group("optional")
+    opt.add_argument("--head-repo", help="repository of the head commit (default: --repo)")
+    opt.add_argument("--verification-id", help="default: local-<UTC time>")
+    opt.add_argument("--repo-name", help="owner/repo for the manifest (default: from --repo)")
+    opt.add_argument("--head-repo-name", help="owner/repo of the head (default: from --head-repo)")
+    opt.add_argument("--base-ref", help="branch name of the base, for the manifest")
+    opt.add_argument("--head-ref", help="branch name of the head, for the manifest")
+    opt.add_argument(
+        "--concurrencies", type=_ints, help="comma-separated, e.g. 1,16 (default: the task's)"
+    )
+    opt.add_argument("--requests", type=_positive_int, help="measured requests a run")
+    opt.add_argument(
+        "--warmup-requests", type=int, help="warm-up requests before each measured run"
+    )
+    opt.add_argument("--workdir", type=Path, help="where the clone and worktrees go (kept)")
+    opt.add_argument("--keep-workdir", action="store_true", help="keep worktrees afterwards")
+    opt.add_argument("--run-timeout", type=_seconds, help="seconds per run (task's default)")
+    opt.add_argument("--total-timeout", type=_seconds, help="seconds in all (task's default)")
+    opt.add_argument("--gpu-idle-timeout", type=_seconds, help="seconds to wait for an idle GPU")
+    opt.add_argument(
+        "--on-failure", choices=("continue", "stop"), help="override the task's policy"
+    )
+    opt.add_argument("--python", help="interpreter for {python} (default: this one)")
+    opt.add_argument(
+        "--sample-interval", type=_seconds, default=1.0, help="GPU/CPU sampling period (s)"
+    )
+    opt.add_argument(
+        "--prelaunch-window",
+        type=float,
+        default=1.0,
+        help="seconds of CPU load measured before each launch (0: none)",
+    )
+    opt.add_argument("--runner-name", help="default: $RUNNER_NAME or the host name")
+    opt.add_argument("--runner-labels", type=_csv, help="comma-separated runner labels")
+
+    sub.add_parser("tasks", help="list the task files and check that each one loads")
+    sub.add_parser("fingerprint", help="print this machine's environment fingerprint (JSON)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.command == "tasks":
+        return _tasks()
+    if args.command == "fingerprint":
+        from runners import fingerprint, gpu
+
+        b = gpu.detect()
+        try:
+            print(json.dumps(fingerprint.machine(b), indent=2))
+        finally:
+            b.close()
+        return 0
+    return _verify(args)
+
+
+def _tasks() -> int:
+    bad = 0
+    for name in tasks.available():
+        try:
+            t = tasks.load(name)
+        except tasks.TaskError as exc:
+            print(f"{name}: ERROR {exc}")
+            bad += 1
+            continue
+        print(f"{name}: {t.model} — modes {', '.join(t.benchmark.modes)}")
+    return 1 if bad else 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from runners.verify import Options, Verifier
+
+    try:
+        task = tasks.load(args.task)
+    except tasks.TaskError as exc:
+        print(f"rsi-runner: {exc}", file=sys.stderr)
+        return 2
+    missing = [m for m in args.modes if m not in task.benchmark.modes]
+    if missing:
+        print(
+            f"rsi-runner: task {task.name} has no {', '.join(missing)} mode "
+            f"(it has {', '.join(task.benchmark.modes)})",
+            file=sys.stderr,
+        )
+        return 2
+    vid = args.verification_id or time.strftime("local-%Y%m%dT%H%M%SZ", time.gmtime())
+    opts = Options(
+        repo=args.repo,
+        base=args.base,
+        head_repo=args.head_repo or args.repo,
+        head=args.head,
+        task=task,
+        gpu=args.gpu,
+        rounds=args.rounds,
+        modes=args.modes,
+        out=args.out,
+        verification_id=vid,
+        repo_name=args.repo_name,
+        head_repo_name=args.head_repo_name,
+        base_ref=args.base_ref,
+        head_ref=args.head_ref,
+        concurrencies=args.concurrencies,
+        requests=args.requests,
+        warmup_requests=args.warmup_requests,
+        workdir=args.workdir,
+        keep_workdir=args.keep_workdir,
+        run_timeout_s=args.run_timeout,
+        total_timeout_s=args.total_timeout,
+        gpu_idle_timeout_s=args.gpu_idle_timeout,
+        on_failure=args.on_failure,
+        sample_interval_s=args.sample_interval,
+        prelaunch_s=max(0.0, args.prelaunch_window),
+        runner_name=args.runner_name,
+        runner_labels=args.runner_labels,
+    )
+    if args.python:
+        opts.python = args.python
+    try:
+        return Verifier(opts).run()
+    except BundleError as exc:
+        print(f"rsi-runner: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,275 @@
+"""The dry task's server: a tiny CPU "TTS" over HTTP (standard library only).
+
+It stands in for the model only. The runner treats it like any server: starts it,
+health-checks it, samples around it, benchmarks it with a client, stops it. A request
+"synthesises" its text by sleeping in proportion to the text's length (with a little
+jitter) and answers with the audio it would have made: its length depends only on the
+text, so base and head make the same audio and only the speed may differ.
+
+    GET  /health                 200 once listening
+    POST /v1/audio/speech        {"input": text, "stream": bool}
+         non-streaming: one JSON answer; streaming: `data: {...}` lines, one per chunk
+    POST /v1/dry/transcribe      {"input": text} → {"text": ...} (the accuracy stand-in)
+
+Behaviour comes from a JSON file (`--config`, usually `rsi-dry.json` in the worktree, so
+base and head can differ by commit), then `RSI_DRY_<KEY>` variables, then flags:
+
+    speed         1.0    work per request is divided by this (head faster: > 1)
+    char_ms       1.0    milliseconds of work per character at speed 1
+    jitter        0.03   log-normal spread of the work per request
+    startup_s     0.0    sleep before listening
+    fail_start    false  exit with code 3 at start-up
+    hang_start    false  never start listening
+    crash_after   null   exit abruptly (code 70) when request number N arrives
+    hang_after    null   requests from number N on never finish
+    wer_noise     0.0    the transcriber drops a word with this probability
+    fail_rounds   null   list of rounds the failure knobs apply to (all if null)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+DEFAULTS: dict[str, Any] = {
+    "speed": 1.0,
+    "char_ms": 1.0,
+    "jitter": 0.03,
+    "startup_s": 0.0,
+    "fail_start": False,
+    "hang_start": False,
+    "crash_after": None,
+    "hang_after": None,
+    "wer_noise": 0.0,
+    "fail_rounds": None,
+    "client_exit": None,
+}
+AUDIO_S_PER_CHAR = 0.065  # about 15 characters of speech a second
+CHUNK_AUDIO_S = 0.48  # audio seconds per streamed chunk
+SAMPLE_RATE = 24000
+
+
+def load_config(path: str | None, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Defaults, then the JSON file (if it exists), then RSI_DRY_* variables, then flags."""
+    cfg = dict(DEFAULTS)
+    if path and os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+        if isinstance(doc, dict):
+            cfg.update(doc)
+    for key in DEFAULTS:
+        raw = os.environ.get(f"RSI_DRY_{key.upper()}")
+        if raw is not None:
+            try:
+                cfg[key] = json.loads(raw)
+            except ValueError:
+                cfg[key] = raw
+    for k, v in (overrides or {}).items():
+        if v is not None:
+            cfg[k] = v
+    return cfg
+
+
+def knob(cfg: dict[str, Any], key: str, rnd: int | None) -> Any:
+    """A failure knob's value, or None when `fail_rounds` excludes this round."""
+    rounds = cfg.get("fail_rounds")
+    if rounds is not None and rnd is not None and rnd not in rounds:
+        return None
+    v = cfg.get(key)
+    return v if v not in (False, None) else None
+
+
+class State:
+    def __init__(self, cfg: dict[str, Any], rnd: int | None) -> None:
+        self.cfg = cfg
+        self.rnd = rnd
+        self.count = 0
+        self.lock = threading.Lock()
+        self.rng = random.Random()
+        self.crash_after = knob(cfg, "crash_after", rnd)
+        self.hang_after = knob(cfg, "hang_after", rnd)
+
+    def admit(self) -> int:
+        with self.lock:
+            self.count += 1
+            return self.count
+
+    def jittered(self, seconds: float, spread: float = 0.2) -> float:
+        """A streamed chunk's pacing varies more than a request's total work."""
+        with self.lock:
+            return seconds * math.exp(self.rng.gauss(0.0, spread))
+
+    def work_s(self, text: str) -> float:
+        speed = float(self.cfg["speed"]) or 1.0
+        with self.lock:
+            noise = math.exp(self.rng.gauss(0.0, float(self.cfg["jitter"])))
+        return len(text) * float(self.cfg["char_ms"]) / 1000.0 / speed * noise
+
+
+def audio_seconds(text: str) -> float:
+    return round(len(text) * AUDIO_S_PER_CHAR, 4)
+
+
+class Handler(BaseHTTPRequestHandler):
+    server_version = "rsi-dry/1"
+    state: State  # set on the class by main()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return  # one line per request would swamp the server log
+
+    def _json(self, code: int, doc: dict[str, Any]) -> None:
+        body = json.dumps(doc).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        if self.path.rstrip("/") == "/health":
+            self._json(200, {"status": "ok"})
+        else:
+            self._json(404, {"error": "not found"})
+
+    def _body(self) -> dict[str, Any]:
+        n = int(self.headers.get("Content-Length") or 0)
+        doc = json.loads(self.rfile.read(n) or b"{}")
+        return doc if isinstance(doc, dict) else {}
+
+    def do_POST(self) -> None:
+        st = self.state
+        number = st.admit()
+        if st.crash_after is not None and number >= int(st.crash_after):
+            print(f"dry server: crashing on purpose at request {number}", file=sys.stderr)
+            sys.stderr.flush()
+            os._exit(70)
+        if st.hang_after is not None and number >= int(st.hang_after):
+            print(f"dry server: hanging on purpose at request {number}", file=sys.stderr)
+            sys.stderr.flush()
+            threading.Event().wait()
+        try:
+            doc = self._body()
+        except ValueError:
+            self._json(400, {"error": "body is not JSON"})
+            return
+        text = str(doc.get("input") or "")
+        if self.path == "/v1/dry/transcribe":
+            self._transcribe(text)
+        elif self.path == "/v1/audio/speech":
+            if doc.get("stream"):
+                self._stream(text)
+            else:
+                self._speech(text)
+        else:
+            self._json(404, {"error": "not found"})
+
+    def _speech(self, text: str) -> None:
+        t0 = time.perf_counter()
+        work = self.state.work_s(text)
+        time.sleep(work)
+        audio = audio_seconds(text)
+        self._json(
+            200,
+            {
+                "audio_duration_s": audio,
+                "audio_bytes": int(audio * SAMPLE_RATE * 2),
+                "engine_latency_s": round(time.perf_counter() - t0, 6),
+                "prompt_tokens": len(text.split()),
+                "completion_tokens": int(audio * 25),
+            },
+        )
+
+    def _stream(self, text: str) -> None:
+        t0 = time.perf_counter()
+        work = self.state.work_s(text)
+        audio = audio_seconds(text)
+        chunks = max(1, math.ceil(audio / CHUNK_AUDIO_S))
+        # The first chunk needs a fifth of the work (the prompt); the rest is even.
+        first = work * 0.2
+        rest = (work - first) / chunks
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        time.sleep(first)
+        left = audio
+        for i in range(chunks):
+            if i:
+                time.sleep(self.state.jittered(rest))
+            a = min(CHUNK_AUDIO_S, left)
+            left -= a
+            ev = {"chunk": i, "audio_s": round(a, 4), "bytes": int(a * SAMPLE_RATE * 2)}
+            self.wfile.write(f"data: {json.dumps(ev)}\n\n".encode())
+            self.wfile.flush()
+        time.sleep(rest)
+        done = {
+            "done": True,
+            "audio_duration_s": audio,
+            "engine_latency_s": round(time.perf_counter() - t0, 6),
+            "prompt_tokens": len(text.split()),
+            "completion_tokens": int(audio * 25),
+        }
+        self.wfile.write(f"data: {json.dumps(done)}\n\ndata: [DONE]\n\n".encode())
+        self.wfile.flush()
+
+    def _transcribe(self, text: str) -> None:
+        noise = float(self.state.cfg.get("wer_noise") or 0.0)
+        words = text.split()
+        rng = random.Random(text)  # the same text is misheard the same way
+        kept = [w for w in words if rng.random() >= noise] if noise > 0 else words
+        self._json(200, {"text": " ".join(kept)})
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 256
+    allow_reuse_address = True
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="rsi-runner's dry CPU stand-in for a TTS server")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--config", help="JSON file of settings (missing: defaults)")
+    ap.add_argument("--round", type=int, help="the runner's round (for fail_rounds)")
+    ap.add_argument("--side", help="base or head (logged only)")
+    ap.add_argument("--speed", type=float, help="override the speed (head faster: > 1)")
+    args = ap.parse_args(argv)
+    cfg = load_config(args.config, {"speed": args.speed})
+    rnd = args.round
+    print(
+        f"dry server: side={args.side} round={rnd} config={json.dumps(cfg, sort_keys=True)}",
+        file=sys.stderr,
+    )
+    if knob(cfg, "fail_start", rnd):
+        print("dry server: failing at start-up on purpose", file=sys.stderr)
+        return 3
+    if float(cfg.get("startup_s") or 0) > 0:
+        time.sleep(float(cfg["startup_s"]))
+    if knob(cfg, "hang_start", rnd):
+        print("dry server: hanging at start-up on purpose", file=sys.stderr)
+        sys.stderr.flush()
+        threading.Event().wait()
+    Handler.state = State(cfg, rnd)
+    httpd = Server((args.host, args.port), Handler)
+    print(f"dry server: listening on http://{args.host}:{args.port}", file=sys.stderr)
+    sys.stderr.flush()
+    try:
+        httpd.serve_forever(poll_interval=0.1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        httpd.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

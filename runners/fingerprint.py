@@ -1,0 +1,203 @@
+"""The environment each side ran in, so a difference of machine shows as one.
+
+Machine facts (GPU name and count, driver, CUDA, CPU, container image) are read once;
+Python and package versions are read per side by running the side's own interpreter in
+its worktree, so they reflect what that side imported. The keys follow bundle.md; the
+evidence engine reports any difference between the sides.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from runners.gpu import Backend, GpuInfo
+from runners.host import cpuset
+
+PACKAGES = (
+    "torch",
+    "sglang",
+    "sglang-omni",
+    "transformers",
+    "vllm",
+    "numpy",
+    "triton",
+    "flashinfer-python",
+    "torchaudio",
+)
+
+# Run by the side's interpreter: its version, the packages it sees, and where the
+# worktree's own top-level packages are imported from.
+_PROBE = """
+import json, platform, sys
+from importlib import metadata, util
+names, mods = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+pk = {}
+for n in names:
+    try:
+        pk[n] = metadata.version(n)
+    except Exception:
+        pass
+imports = {}
+for m in mods:
+    try:
+        spec = util.find_spec(m)
+    except Exception:
+        spec = None
+    where = None
+    if spec is not None:
+        where = spec.origin
+        if where in (None, "namespace") and spec.submodule_search_locations:
+            where = list(spec.submodule_search_locations)[0]
+    imports[m] = where
+print(json.dumps({"python": platform.python_version(),
+                  "implementation": platform.python_implementation(),
+                  "packages": pk, "imports": imports}))
+"""
+
+
+def cpu_model(cpuinfo: str | None = None) -> str | None:
+    """The CPU's model name from /proc/cpuinfo (x86 `model name`, Arm `Model`/`CPU part`)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            cpuinfo = ""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        k, sep, v = line.partition(":")
+        if sep and k.strip() not in fields:
+            fields[k.strip()] = v.strip()
+    for k in ("model name", "Model", "Processor", "cpu model", "cpu"):
+        if fields.get(k):
+            return fields[k]
+    if fields.get("CPU part"):
+        return f"{fields.get('CPU implementer', '?')}/{fields['CPU part']}"
+    return platform.processor() or None
+
+
+def in_container() -> bool:
+    if os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv"):
+        return True
+    try:
+        cg = Path("/proc/1/cgroup").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return any(w in cg for w in ("docker", "kubepods", "containerd", "libpod"))
+
+
+def os_release() -> str | None:
+    try:
+        for line in Path("/etc/os-release").read_text(encoding="utf-8").splitlines():
+            if line.startswith("PRETTY_NAME="):
+                return line.split("=", 1)[1].strip().strip('"')
+    except OSError:
+        pass
+    return None
+
+
+def machine(backend: Backend, env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """What both sides share: GPU, driver, CUDA, container image, CPU."""
+    env = os.environ if env is None else env
+    try:
+        gi = backend.info()
+    except Exception:
+        gi = GpuInfo()
+    return {
+        "gpu_name": gi.gpu_name,
+        "gpu_count": gi.gpu_count if gi.gpu_count is not None else 0,
+        "gpu_memory_total_mib": gi.gpu_memory_total_mib,
+        "driver": gi.driver,
+        "cuda": gi.cuda,
+        "gpu_backend": backend.name,
+        "image": env.get("RSI_IMAGE") or None,
+        "image_digest": env.get("RSI_IMAGE_DIGEST") or None,
+        "container": in_container(),
+        "cpu_model": cpu_model(),
+        "cpu_count": len(cpuset()),
+        "cpu_count_host": os.cpu_count(),
+        "os": os_release(),
+        "kernel": platform.release(),
+    }
+
+
+def top_level_packages(worktree: Path) -> list[str]:
+    """The worktree's own importable packages (`pkg/__init__.py` at its root, in src/ or
+    python/): the probe checks that the side imports these from its own worktree."""
+    names: set[str] = set()
+    for base in (worktree, worktree / "src", worktree / "python"):
+        if not base.is_dir():
+            continue
+        for init in base.glob("*/__init__.py"):
+            name = init.parent.name
+            if name.isidentifier() and name not in (
+                "tests",
+                "test",
+                "docs",
+                "benchmarks",
+                "examples",
+            ):
+                names.add(name)
+    return sorted(names)
+
+
+def side(
+    python: str,
+    worktree: Path,
+    env: Mapping[str, str],
+    packages: tuple[str, ...] = PACKAGES,
+    timeout: float = 120.0,
+) -> dict[str, Any]:
+    """Python and package versions as the side's interpreter sees them, in its worktree.
+
+    Returns the fingerprint keys (`python`, `packages`) plus `imports` (module → file) and
+    `error` when the probe failed.
+    """
+    mods = top_level_packages(worktree)
+    try:
+        r = subprocess.run(
+            [python, "-c", _PROBE, json.dumps(list(packages)), json.dumps(mods)],
+            cwd=worktree,
+            env=dict(env),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"python": None, "packages": {}, "imports": {}, "error": str(exc)}
+    if r.returncode != 0:
+        return {
+            "python": None,
+            "packages": {},
+            "imports": {},
+            "error": (r.stderr or r.stdout).strip()[-500:] or f"exit code {r.returncode}",
+        }
+    try:
+        doc = json.loads(r.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"python": None, "packages": {}, "imports": {}, "error": "unreadable probe output"}
+    return {
+        "python": doc.get("python"),
+        "packages": doc.get("packages") or {},
+        "imports": doc.get("imports") or {},
+    }
+
+
+def outside(worktree: Path, imports: Mapping[str, str | None]) -> dict[str, str]:
+    """Worktree packages that the side would import from somewhere else."""
+    root = worktree.resolve()
+    bad: dict[str, str] = {}
+    for mod, where in imports.items():
+        if not where:
+            continue
+        try:
+            Path(where).resolve().relative_to(root)
+        except ValueError:
+            bad[mod] = where
+    return bad

@@ -1,0 +1,219 @@
+"""Child processes: each in its own session, logged to a file, stopped as a whole group.
+
+A server is started with `start_new_session`, so SIGTERM and SIGKILL reach every process
+it spawned (workers, tokenizers, …) through its process group; descendants that left
+the group are found through /proc and stopped too. Nothing a run started outlives it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+# Names of variables never handed to the code under test (defence in depth: the
+# workflow already keeps secrets out of the job that runs candidate code).
+_SECRET = re.compile(
+    r"(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|PRIVATE_KEY|API_KEY|ACCESS_KEY|_PAT$)", re.I
+)
+_SECRET_PREFIXES = ("ACTIONS_ID_TOKEN", "ACTIONS_RUNTIME", "ACTIONS_RESULTS", "AWS_")
+
+
+def scrub_env(env: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
+    """The environment without credentials, and the names that were dropped."""
+    kept: dict[str, str] = {}
+    dropped: list[str] = []
+    for k, v in env.items():
+        if _SECRET.search(k) or k.startswith(_SECRET_PREFIXES):
+            dropped.append(k)
+        else:
+            kept[k] = v
+    return kept, sorted(dropped)
+
+
+@dataclass
+class Finished:
+    returncode: int | None  # None: killed by the runner after its time limit
+    timed_out: bool
+    wall_s: float
+    started: float  # time.time() at start
+    ended: float
+
+
+@dataclass(frozen=True)
+class _Stat:
+    pid: int
+    ppid: int
+    pgrp: int
+    zombie: bool
+
+
+def _scan() -> list[_Stat]:
+    """Every process in /proc (pid, parent, process group, zombie or not)."""
+    out: list[_Stat] = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return out
+    for e in entries:
+        if not e.isdigit():
+            continue
+        try:
+            with open(f"/proc/{e}/stat", "rb") as f:
+                data = f.read().decode("ascii", "replace")
+            rest = data[data.rindex(")") + 2 :].split()
+            out.append(_Stat(int(e), int(rest[1]), int(rest[2]), rest[0] in ("Z", "X")))
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def descendants(pid: int) -> set[int]:
+    kids: dict[int, list[int]] = {}
+    for st in _scan():
+        kids.setdefault(st.ppid, []).append(st.pid)
+    out: set[int] = set()
+    todo = [pid]
+    while todo:
+        for c in kids.get(todo.pop(), []):
+            if c not in out:
+                out.add(c)
+                todo.append(c)
+    return out
+
+
+def _live(pgid: int, pids: set[int]) -> set[int]:
+    """Processes of group `pgid` or among `pids` that still run (zombies do not count)."""
+    return {st.pid for st in _scan() if (st.pgrp == pgid or st.pid in pids) and not st.zombie}
+
+
+def _signal_all(pgid: int, pids: set[int], sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+    for p in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(p, sig)
+
+
+class Process:
+    """A started command: its Popen, log file and process group."""
+
+    def __init__(
+        self,
+        argv: list[str],
+        cwd: Path,
+        env: Mapping[str, str],
+        log: Path,
+        header: str | None = None,
+    ) -> None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        self.log_path = log
+        self._log: IO[bytes] = open(log, "ab")  # noqa: SIM115 - closed in stop()/wait()
+        if header:
+            self._log.write(header.encode() + b"\n")
+            self._log.flush()
+        self.argv = argv
+        self.started = time.time()
+        self._t0 = time.monotonic()
+        try:
+            self.popen = subprocess.Popen(
+                argv,
+                cwd=cwd,
+                env=dict(env),
+                stdin=subprocess.DEVNULL,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except OSError:
+            self._log.close()
+            raise
+        self.pid = self.popen.pid
+        self.stopped_how: str | None = None
+
+    def poll(self) -> int | None:
+        return self.popen.poll()
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self._t0
+
+    def wait(self, timeout: float | None) -> Finished:
+        """Wait for the command; past `timeout` stop it (the result says `timed_out`)."""
+        timed_out = False
+        try:
+            rc: int | None = self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            self.stop(grace=5.0)
+            rc = None
+        except BaseException:  # interrupted: leave nothing running
+            self.stop(grace=2.0)
+            raise
+        wall = self.elapsed()
+        self.stop(grace=2.0)  # stragglers of a command that exited on its own
+        return Finished(rc, timed_out, wall, self.started, self.started + wall)
+
+    def stop(self, grace: float) -> int | None:
+        """SIGTERM to the group (and descendants), SIGKILL after `grace` seconds.
+
+        `stopped_how` says what ended the command: `exited` (on its own, before this
+        call), `sigterm`, or `sigkill`.
+        """
+        pgid = self.pid
+        pids = descendants(self.pid) | {self.pid}
+        leader_running = self.popen.poll() is None
+        if self.stopped_how is None:
+            self.stopped_how = "sigterm" if leader_running else "exited"
+
+        def gone() -> bool:
+            self.popen.poll()
+            return self.popen.returncode is not None and not _live(pgid, pids)
+
+        if not gone():
+            _signal_all(pgid, pids, signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            while not gone():
+                if time.monotonic() >= deadline:
+                    _signal_all(pgid, pids, signal.SIGKILL)
+                    if leader_running and self.stopped_how == "sigterm":
+                        self.stopped_how = "sigkill"
+                    break
+                time.sleep(0.05)
+        try:
+            rc = self.popen.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # pragma: no cover - unkillable (D state)
+            rc = None
+        if not self._log.closed:
+            self._log.close()
+        return rc
+
+
+def run(
+    argv: list[str],
+    cwd: Path,
+    env: Mapping[str, str],
+    log: Path,
+    timeout: float | None,
+    header: str | None = None,
+) -> Finished:
+    """Run a command to completion (or its time limit), output appended to `log`."""
+    p = Process(argv, cwd, env, log, header)
+    return p.wait(timeout)
+
+
+def describe_exit(rc: int | None) -> str:
+    if rc is None:
+        return "still running"
+    if rc < 0:
+        try:
+            return f"killed by {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"killed by signal {-rc}"
+    return f"exit code {rc}"

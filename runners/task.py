@@ -1,0 +1,472 @@
+"""Task files (`runners/tasks/<name>.toml`): how to serve and benchmark one model.
+
+A task says how to prepare a worktree, start the server, check its health, run the
+upstream's own benchmark client per mode, optionally its accuracy (WER) script, and what
+to do when something fails. Every key is checked when the file is read, so a typo or an
+unknown placeholder fails before any GPU time is spent, with the file and key named.
+
+Commands are split with `shlex.split` first and the placeholders filled in afterwards,
+so a value with spaces stays one argument; they run without a shell, in the side's
+worktree. A command that starts with `sh -c` gets its script's placeholders
+shell-quoted. Write `{{` and `}}` for literal braces (a shell's `${VAR}` is `${{VAR}}`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shlex
+import string
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from runners import _toml
+
+TASKS_DIR = Path(__file__).resolve().parent / "tasks"
+RUNNER_ROOT = Path(__file__).resolve().parent.parent
+
+# Placeholders and where they may be used.
+RUN_PLACEHOLDERS = frozenset(
+    {
+        "python",
+        "port",
+        "worktree",
+        "model",
+        "out",
+        "requests",
+        "concurrency",
+        "warmup",
+        "dataset",
+        "gpu",
+        "side",
+        "round",
+        "mode",
+        "rsi_root",
+    }
+)
+PREPARE_PLACEHOLDERS = frozenset(
+    {"python", "worktree", "model", "dataset", "gpu", "side", "rsi_root"}
+)
+DATASET_PLACEHOLDERS = PREPARE_PLACEHOLDERS - {"dataset"}
+MODES = ("streaming", "non-streaming")
+
+
+class TaskError(ValueError):
+    """A task file that cannot be used; the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class Server:
+    command: str
+    health: str
+    startup_timeout_s: float = 900.0
+    env: dict[str, str] = field(default_factory=dict)
+    stop_grace_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    concurrencies: tuple[int, ...]
+    requests: int
+    modes: dict[str, str]  # mode -> command
+    warmup_requests: int = 0
+    timeout_s: float = 1800.0
+    output: str = "{out}/speed_results.json"
+    dataset: str | None = None
+
+
+@dataclass(frozen=True)
+class Accuracy:
+    command: str
+    output: str = "{out}/wer_results.json"
+    every_round: bool = False
+    timeout_s: float | None = None
+    after_server_stop: bool = False  # for scripts that start their own (ASR) server
+
+
+@dataclass(frozen=True)
+class Policy:
+    on_failure: str = "continue"
+    run_timeout_s: float = 3600.0
+    total_timeout_s: float = 21600.0
+    gpu_idle_timeout_s: float = 600.0
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    model: str
+    server: Server
+    benchmark: Benchmark
+    description: str = ""
+    unconfirmed: tuple[str, ...] = ()
+    prepare: tuple[str, ...] = ()
+    prepare_timeout_s: float = 3600.0
+    accuracy: Accuracy | None = None
+    policy: Policy = field(default_factory=Policy)
+    primary_metric: str = "throughput_qps"
+    report_metrics: tuple[str, ...] = ()
+    guards: dict[str, float] = field(default_factory=dict)
+    path: str | None = None
+    sha256: str | None = None
+
+    def summary(self) -> dict[str, Any]:
+        """What the manifest records about the task (templates, not rendered commands)."""
+        return {
+            "name": self.name,
+            "file": self.path,
+            "sha256": self.sha256,
+            "description": self.description,
+            "model": self.model,
+            "unconfirmed": list(self.unconfirmed),
+            "prepare": list(self.prepare),
+            "server": {
+                "command": self.server.command,
+                "health": self.server.health,
+                "env": dict(self.server.env),
+                "startup_timeout_s": self.server.startup_timeout_s,
+            },
+            "commands": dict(self.benchmark.modes),
+            "accuracy": None
+            if self.accuracy is None
+            else {
+                "command": self.accuracy.command,
+                "every_round": self.accuracy.every_round,
+                "after_server_stop": self.accuracy.after_server_stop,
+            },
+            "policy": {
+                "on_failure": self.policy.on_failure,
+                "run_timeout_s": self.policy.run_timeout_s,
+                "total_timeout_s": self.policy.total_timeout_s,
+                "gpu_idle_timeout_s": self.policy.gpu_idle_timeout_s,
+            },
+            "metrics": {"primary": self.primary_metric, "report": list(self.report_metrics)},
+            "guards": dict(self.guards),
+        }
+
+
+# ------------------------------------------------------------------------ loading
+
+
+def available() -> list[str]:
+    return sorted(p.stem for p in TASKS_DIR.glob("*.toml"))
+
+
+def resolve(name_or_path: str) -> Path:
+    """A task name (`cosyvoice3`) or the path of a TOML file."""
+    p = Path(name_or_path)
+    if name_or_path.endswith(".toml") or os.sep in name_or_path:
+        if not p.is_file():
+            raise TaskError(f"task file {name_or_path} does not exist")
+        return p
+    cand = TASKS_DIR / f"{name_or_path}.toml"
+    if not cand.is_file():
+        names = ", ".join(available()) or "none"
+        raise TaskError(f"no task named {name_or_path!r} (known: {names})")
+    return cand
+
+
+def load(name_or_path: str) -> Task:
+    path = resolve(name_or_path)
+    data = path.read_bytes()
+    try:
+        doc = _toml.loads(data.decode("utf-8"))
+    except (_toml.TOMLError, UnicodeDecodeError) as exc:
+        raise TaskError(f"{path}: not valid TOML: {exc}") from exc
+    task = parse(doc, str(path))
+    return replace(task, path=str(path), sha256=hashlib.sha256(data).hexdigest())
+
+
+class _Doc:
+    """Typed access to one table of the TOML document, with errors that name the key."""
+
+    def __init__(self, where: str, table: Mapping[str, Any], prefix: str = "") -> None:
+        self.where = where
+        self.t = table
+        self.prefix = prefix
+
+    def key(self, k: str) -> str:
+        return f"{self.prefix}{k}"
+
+    def err(self, k: str, msg: str) -> TaskError:
+        return TaskError(f"{self.where}: `{self.key(k)}` {msg}")
+
+    def allow(self, keys: set[str]) -> None:
+        extra = sorted(set(self.t) - keys)
+        if extra:
+            raise TaskError(
+                f"{self.where}: unknown key(s) "
+                + ", ".join(f"`{self.key(k)}`" for k in extra)
+                + f" (allowed here: {', '.join(sorted(keys))})"
+            )
+
+    def sub(self, k: str, required: bool = False) -> _Doc | None:
+        v = self.t.get(k)
+        if v is None:
+            if required:
+                raise self.err(k, "is missing (a table)")
+            return None
+        if not isinstance(v, dict):
+            raise self.err(k, "must be a table")
+        return _Doc(self.where, v, f"{self.key(k)}.")
+
+    def str_(self, k: str, default: str | None = None, required: bool = False) -> str:
+        v = self.t.get(k)
+        if v is None:
+            if required or default is None:
+                raise self.err(k, "is missing")
+            return default
+        if not isinstance(v, str) or (required and not v.strip()):
+            raise self.err(k, "must be a non-empty string")
+        return v
+
+    def opt_str(self, k: str) -> str | None:
+        v = self.t.get(k)
+        if v is not None and not isinstance(v, str):
+            raise self.err(k, "must be a string")
+        return v
+
+    def num(self, k: str, default: float, minimum: float = 0.0) -> float:
+        v = self.t.get(k, default)
+        if isinstance(v, bool) or not isinstance(v, int | float) or v <= minimum:
+            raise self.err(k, f"must be a number greater than {minimum:g}")
+        return float(v)
+
+    def int_(self, k: str, default: int | None = None, minimum: int = 1) -> int:
+        v = self.t.get(k, default)
+        if v is None:
+            raise self.err(k, "is missing")
+        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+            raise self.err(k, f"must be an integer ≥ {minimum}")
+        return v
+
+    def bool_(self, k: str, default: bool) -> bool:
+        v = self.t.get(k, default)
+        if not isinstance(v, bool):
+            raise self.err(k, "must be true or false")
+        return v
+
+    def strs(self, k: str) -> tuple[str, ...]:
+        v = self.t.get(k, [])
+        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+            raise self.err(k, "must be a list of strings")
+        return tuple(v)
+
+
+def parse(doc: Mapping[str, Any], where: str = "task") -> Task:
+    """Validate a task document (already read from TOML) into a `Task`."""
+    top = _Doc(where, doc)
+    top.allow(
+        {
+            "name",
+            "description",
+            "model",
+            "unconfirmed",
+            "prepare",
+            "server",
+            "benchmark",
+            "accuracy",
+            "policy",
+            "metrics",
+            "guards",
+        }
+    )
+    name = top.str_("name", required=True)
+    model = top.str_("model", required=True)
+
+    prep = top.sub("prepare")
+    prepare: tuple[str, ...] = ()
+    prepare_timeout = 3600.0
+    if prep is not None:
+        prep.allow({"commands", "timeout_s"})
+        prepare = prep.strs("commands")
+        prepare_timeout = prep.num("timeout_s", 3600.0)
+        for i, cmd in enumerate(prepare):
+            _check_command(prep, f"commands[{i}]", cmd, PREPARE_PLACEHOLDERS)
+
+    srv = top.sub("server", required=True)
+    assert srv is not None
+    srv.allow({"command", "health", "startup_timeout_s", "env", "stop_grace_s"})
+    env_doc = srv.t.get("env", {})
+    if not isinstance(env_doc, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in env_doc.items()
+    ):
+        raise srv.err("env", "must be a table of strings")
+    for k, v in env_doc.items():
+        _check_template(srv, f"env.{k}", v, RUN_PLACEHOLDERS)
+    server = Server(
+        command=srv.str_("command", required=True),
+        health=srv.str_("health", required=True),
+        startup_timeout_s=srv.num("startup_timeout_s", 900.0),
+        env=dict(env_doc),
+        stop_grace_s=srv.num("stop_grace_s", 30.0),
+    )
+    _check_command(srv, "command", server.command, RUN_PLACEHOLDERS)
+    _check_template(srv, "health", server.health, RUN_PLACEHOLDERS)
+    if not server.health.startswith(("http://", "https://", "tcp://")):
+        raise srv.err("health", "must be an http://, https:// or tcp:// address")
+
+    b = top.sub("benchmark", required=True)
+    assert b is not None
+    b.allow(
+        {
+            "concurrencies",
+            "requests",
+            "warmup_requests",
+            "timeout_s",
+            "output",
+            "dataset",
+            "modes",
+        }
+    )
+    conc = b.t.get("concurrencies")
+    if (
+        not isinstance(conc, list)
+        or not conc
+        or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in conc)
+    ):
+        raise b.err("concurrencies", "must be a non-empty list of positive integers")
+    modes_doc = b.sub("modes", required=True)
+    assert modes_doc is not None
+    modes_doc.allow(set(MODES))
+    modes: dict[str, str] = {}
+    for mode in MODES:
+        m = modes_doc.sub(mode)
+        if m is None:
+            continue
+        m.allow({"command"})
+        modes[mode] = m.str_("command", required=True)
+        _check_command(m, "command", modes[mode], RUN_PLACEHOLDERS)
+    if not modes:
+        raise TaskError(f"{where}: [benchmark.modes] needs a streaming or non-streaming table")
+    output = b.str_("output", "{out}/speed_results.json")
+    _check_template(b, "output", output, RUN_PLACEHOLDERS)
+    dataset = b.opt_str("dataset")
+    if dataset is not None:
+        _check_template(b, "dataset", dataset, DATASET_PLACEHOLDERS)
+    bench = Benchmark(
+        concurrencies=tuple(conc),
+        requests=b.int_("requests"),
+        modes=modes,
+        warmup_requests=b.int_("warmup_requests", 0, minimum=0),
+        timeout_s=b.num("timeout_s", 1800.0),
+        output=output,
+        dataset=dataset,
+    )
+
+    acc: Accuracy | None = None
+    a = top.sub("accuracy")
+    if a is not None:
+        a.allow({"command", "output", "every_round", "timeout_s", "after_server_stop"})
+        acc = Accuracy(
+            command=a.str_("command", required=True),
+            output=a.str_("output", "{out}/wer_results.json"),
+            every_round=a.bool_("every_round", False),
+            timeout_s=a.num("timeout_s", bench.timeout_s),
+            after_server_stop=a.bool_("after_server_stop", False),
+        )
+        _check_command(a, "command", acc.command, RUN_PLACEHOLDERS)
+        _check_template(a, "output", acc.output, RUN_PLACEHOLDERS)
+
+    pol = Policy()
+    p = top.sub("policy")
+    if p is not None:
+        p.allow({"on_failure", "run_timeout_s", "total_timeout_s", "gpu_idle_timeout_s"})
+        on_failure = p.str_("on_failure", "continue")
+        if on_failure not in ("continue", "stop"):
+            raise p.err("on_failure", 'must be "continue" or "stop"')
+        pol = Policy(
+            on_failure=on_failure,
+            run_timeout_s=p.num("run_timeout_s", 3600.0),
+            total_timeout_s=p.num("total_timeout_s", 21600.0),
+            gpu_idle_timeout_s=p.num("gpu_idle_timeout_s", 600.0),
+        )
+
+    primary: str = "throughput_qps"
+    report: tuple[str, ...] = ()
+    met = top.sub("metrics")
+    if met is not None:
+        met.allow({"primary", "report"})
+        primary = met.str_("primary", "throughput_qps")
+        report = met.strs("report")
+
+    guards: dict[str, float] = {}
+    g = top.sub("guards")
+    if g is not None:
+        for k, v in g.t.items():
+            if isinstance(v, bool) or not isinstance(v, int | float):
+                raise g.err(k, "must be a number")
+            guards[k] = float(v)
+
+    return Task(
+        name=name,
+        model=model,
+        server=server,
+        benchmark=bench,
+        description=top.str_("description", ""),
+        unconfirmed=top.strs("unconfirmed"),
+        prepare=prepare,
+        prepare_timeout_s=prepare_timeout,
+        accuracy=acc,
+        policy=pol,
+        primary_metric=primary,
+        report_metrics=report,
+        guards=guards,
+    )
+
+
+def placeholders(template: str) -> set[str]:
+    """The `{names}` a template uses (`{{` and `}}` are literal braces)."""
+    out: set[str] = set()
+    for _, fname, spec, conv in string.Formatter().parse(template):
+        if fname is None:
+            continue
+        if not fname.isidentifier() or spec or conv:
+            raise ValueError(f"{{{fname}}} is not a plain placeholder")
+        out.add(fname)
+    return out
+
+
+def _check_template(d: _Doc, key: str, template: str, allowed: frozenset[str]) -> None:
+    try:
+        used = placeholders(template)
+    except ValueError as exc:
+        raise d.err(
+            key, f"is not a valid template ({exc}); write {{{{ and }}}} for braces"
+        ) from exc
+    bad = sorted(used - allowed)
+    if bad:
+        raise d.err(
+            key,
+            "uses unknown placeholder(s) "
+            + ", ".join(f"{{{b}}}" for b in bad)
+            + f" (known here: {', '.join(sorted(allowed))}; write {{{{ and }}}} for braces)",
+        )
+
+
+def _check_command(d: _Doc, key: str, command: str, allowed: frozenset[str]) -> None:
+    _check_template(d, key, command, allowed)
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:
+        raise d.err(key, f"cannot be split into arguments ({exc})") from exc
+    if not argv:
+        raise d.err(key, "is empty")
+
+
+# ------------------------------------------------------------------------ rendering
+
+
+def render(template: str, values: Mapping[str, object]) -> str:
+    return template.format_map({k: str(v) for k, v in values.items()})
+
+
+def render_command(template: str, values: Mapping[str, object]) -> list[str]:
+    """argv for a command template: split first, then fill each argument in."""
+    tokens = shlex.split(template)
+    if len(tokens) >= 3 and tokens[0] == "sh" and tokens[1] == "-c":
+        quoted = {k: shlex.quote(str(v)) for k, v in values.items()}
+        return ["sh", "-c", tokens[2].format_map(quoted), *[render(t, values) for t in tokens[3:]]]
+    return [render(t, values) for t in tokens]

@@ -1,0 +1,950 @@
+"""`rsi-runner verify`: base and head of one change, measured on one machine, as a bundle.
+
+The steps (issue #5): check out both commits as git worktrees, prepare each as the task
+says, fingerprint each side's environment, then run the schedule — per mode and
+concurrency, rounds in balanced order. One run: wait for an idle GPU, start the server,
+time it until healthy, sample GPU and CPU while it runs, warm up, run the upstream's own
+benchmark client (and, when due, its accuracy script), stop the server, and write the
+run's files. Whatever goes wrong is recorded as a failed run with its reason and the
+tail of its logs; the task's policy says whether the schedule goes on. The manifest is
+written last, also when the verification is interrupted (SIGTERM, SIGINT) or breaks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from runners import __version__, fingerprint, gitwork, host, proc, schedule
+from runners.bundle import BundleWriter
+from runners.gpu import Backend, Monitor, NoGpu, detect, wait_idle
+from runners.task import RUNNER_ROOT, Task, render, render_command
+from runners.util import iso, tail, write_json_atomic
+
+
+@dataclass
+class Options:
+    repo: str
+    base: str
+    head_repo: str
+    head: str
+    task: Task
+    gpu: str
+    rounds: int
+    modes: list[str]
+    out: Path
+    verification_id: str
+    repo_name: str | None = None
+    head_repo_name: str | None = None
+    base_ref: str | None = None
+    head_ref: str | None = None
+    concurrencies: list[int] | None = None
+    requests: int | None = None
+    warmup_requests: int | None = None
+    workdir: Path | None = None
+    keep_workdir: bool = False
+    run_timeout_s: float | None = None
+    total_timeout_s: float | None = None
+    gpu_idle_timeout_s: float | None = None
+    on_failure: str | None = None
+    python: str = field(default_factory=lambda: sys.executable)
+    sample_interval_s: float = 1.0
+    prelaunch_s: float = 1.0
+    runner_name: str | None = None
+    runner_labels: list[str] | None = None
+    backend: Backend | None = None  # tests inject one; else detected
+
+
+class Interrupted(BaseException):
+    """SIGTERM/SIGINT: finish the current run as failed, skip the rest, write the manifest."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+        self.record: dict[str, Any] | None = None
+
+    @property
+    def name(self) -> str:
+        try:
+            return signal.Signals(self.signum).name
+        except ValueError:
+            return f"signal {self.signum}"
+
+
+class RunFailure(Exception):
+    """One run failed; `kind` is a short code, `last` the log whose tail matters most."""
+
+    def __init__(self, kind: str, message: str, last: str = "server") -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.last = last
+
+
+class RunnerBug(Exception):
+    def __init__(self, record: dict[str, Any], exc: BaseException) -> None:
+        super().__init__(str(exc))
+        self.record = record
+        self.exc = exc
+
+
+GPU_LABELS = {"h100": "H100", "h200": "H200", "cpu": "CPU"}
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def healthy(url: str, timeout: float = 5.0) -> bool:
+    """HTTP(S): a 200 answer; tcp://host:port: the port accepts a connection."""
+    if url.startswith("tcp://"):
+        hostport = url[len("tcp://") :].rstrip("/")
+        host_, _, port = hostport.rpartition(":")
+        try:
+            with socket.create_connection((host_.strip("[]") or "127.0.0.1", int(port)), timeout):
+                return True
+        except (OSError, ValueError):
+            return False
+    try:
+        with _NO_PROXY.open(url, timeout=timeout) as r:
+            return int(r.status) == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def wall_clock(speed_file: Path, runner_wall_s: float) -> tuple[float, str]:
+    """The measured part's wall clock and where it came from: the client's own when its
+    output says it (`wall_clock_s` in its summary or config, or a top-level `duration`
+    as SGLang's and vLLM's serving benchmarks write), else completed requests over the
+    summary's throughput, else the runner's timing of the client process."""
+    doc: Any = {}
+    try:
+        text = speed_file.read_text(encoding="utf-8")
+        try:
+            doc = json.loads(text)
+        except ValueError:  # JSON Lines (bench_serving appends a line per run): the last
+            lines = [ln for ln in text.splitlines() if ln.strip()]
+            doc = json.loads(lines[-1]) if lines else {}
+    except (OSError, ValueError):
+        doc = {}
+    if not isinstance(doc, dict):
+        doc = {}
+    summary: dict[str, Any] = doc["summary"] if isinstance(doc.get("summary"), dict) else {}
+    config: dict[str, Any] = doc["config"] if isinstance(doc.get("config"), dict) else {}
+
+    def pos(v: Any) -> float | None:
+        ok = isinstance(v, int | float) and not isinstance(v, bool) and v > 0
+        return float(v) if ok and v != float("inf") else None
+
+    for source, d in (("client-summary", summary), ("client-config", config)):
+        v = pos(d.get("wall_clock_s"))
+        if v is not None:
+            return v, source
+    v = pos(doc.get("duration"))
+    if v is not None:
+        return v, "client-duration"
+    done, thr = summary.get("completed_requests"), pos(summary.get("throughput_qps"))
+    if isinstance(done, int) and done > 0 and thr is not None:
+        return round(done / thr, 4), "client-throughput"
+    return round(runner_wall_s, 4), "runner"
+
+
+def _sha256(path: Path) -> str | None:
+    try:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        return h.hexdigest()
+    except OSError:
+        return None
+
+
+class Verifier:
+    def __init__(self, opts: Options) -> None:
+        self.o = opts
+        self.task = opts.task
+        pol = self.task.policy
+        self.run_timeout = opts.run_timeout_s or pol.run_timeout_s
+        self.total_timeout = opts.total_timeout_s or pol.total_timeout_s
+        self.gpu_idle_timeout = opts.gpu_idle_timeout_s or pol.gpu_idle_timeout_s
+        self.on_failure = opts.on_failure or pol.on_failure
+        self.gpu = opts.gpu.lower()
+        self.concurrencies = opts.concurrencies or list(self.task.benchmark.concurrencies)
+        self.requests = opts.requests or self.task.benchmark.requests
+        self.warmup = (
+            opts.warmup_requests
+            if opts.warmup_requests is not None
+            else self.task.benchmark.warmup_requests
+        )
+        acc = None
+        if self.task.accuracy is not None:
+            acc = "every_round" if self.task.accuracy.every_round else "first"
+        self.plan = schedule.plan(
+            opts.modes, self.concurrencies, opts.rounds, self.requests, self.warmup, acc
+        )
+        self.backend: Backend = NoGpu()
+        self.warnings: list[str] = []
+        self.worktrees: dict[str, Path] = {}
+        self.env_base, self.scrubbed = proc.scrub_env(os.environ)
+        self._pending: int | None = None
+        self._raised = False
+        self._shield = False
+        self.deadline = time.monotonic() + self.total_timeout
+        self.workdir: Path | None = None
+        self._own_workdir = False
+        self.bundle: BundleWriter
+
+    # ------------------------------------------------------------------ signals
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._pending = signum
+        if not self._shield and not self._raised:
+            self._raised = True
+            raise Interrupted(signum)
+
+    def _check_signal(self) -> None:
+        if self._pending is not None and not self._raised:
+            self._raised = True
+            raise Interrupted(self._pending)
+
+    @contextmanager
+    def _shielded(self) -> Iterator[None]:
+        prev, self._shield = self._shield, True
+        try:
+            yield
+        finally:
+            self._shield = prev
+
+    @contextmanager
+    def _signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            yield
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+    # ------------------------------------------------------------------ header
+
+    def header(self) -> dict[str, Any]:
+        o = self.o
+        head: dict[str, Any] = {"sha": o.head, "ref": o.head_ref}
+        head["repo"] = o.head_repo_name or gitwork.repo_name(o.head_repo)
+        labels = o.runner_labels
+        if labels is None:
+            env_labels = os.environ.get("RSI_RUNNER_LABELS")
+            if env_labels:
+                labels = [x.strip() for x in env_labels.split(",") if x.strip()]
+            elif os.environ.get("GITHUB_ACTIONS") == "true":
+                labels = ["self-hosted", "linux", self.gpu]
+            else:
+                labels = []
+        b = self.task.benchmark
+        return {
+            "verification_id": o.verification_id,
+            "repo": o.repo_name or gitwork.repo_name(o.repo),
+            "task": self.task.name,
+            "base": {"sha": o.base, "ref": o.base_ref},
+            "head": head,
+            "gpu": GPU_LABELS.get(self.gpu, self.gpu.upper()),
+            "runner": {
+                "name": o.runner_name or os.environ.get("RUNNER_NAME") or socket.gethostname(),
+                "labels": labels,
+                "hostname": socket.gethostname(),
+                "rsi_runner": __version__,
+                "commit": _runner_commit(),
+                "python": sys.version.split()[0],
+                "env_withheld": self.scrubbed,
+            },
+            "environment": {},
+            "benchmark": {
+                "command": b.modes[o.modes[0]] if o.modes and o.modes[0] in b.modes else None,
+                "commands": {m: b.modes[m] for m in o.modes if m in b.modes},
+                "server_command": self.task.server.command,
+                "dataset": b.dataset,
+                "modes": o.modes,
+                "concurrencies": self.concurrencies,
+                "rounds": o.rounds,
+                "requests": self.requests,
+                "warmup_requests": self.warmup,
+                "order": "balanced",
+            },
+            "task_file": self.task.summary(),
+            "policy": {
+                "on_failure": self.on_failure,
+                "run_timeout_s": self.run_timeout,
+                "total_timeout_s": self.total_timeout,
+                "gpu_idle_timeout_s": self.gpu_idle_timeout,
+            },
+            "planned_runs": len(self.plan),
+        }
+
+    # ------------------------------------------------------------------ placeholders
+
+    def _base_values(self, side: str) -> dict[str, object]:
+        return {
+            "python": self.o.python,
+            "worktree": str(self.worktrees.get(side, "")),
+            "model": self.task.model,
+            "gpu": self.gpu,
+            "side": side,
+            "rsi_root": str(RUNNER_ROOT),
+            "warmup": self.warmup,
+        }
+
+    def dataset(self, side: str) -> str:
+        """`benchmark.dataset` for a side: placeholders, then `$VARS` and `~` expanded."""
+        d = self.task.benchmark.dataset
+        if d is None:
+            return ""
+        return os.path.expanduser(os.path.expandvars(render(d, self._base_values(side))))
+
+    def values(self, side: str, rnd: int | None, **extra: object) -> dict[str, object]:
+        v = self._base_values(side)
+        v["dataset"] = self.dataset(side)
+        if rnd is not None:
+            v["round"] = rnd
+        v.update(extra)
+        return v
+
+    def env(self, side: str, values: dict[str, object]) -> dict[str, str]:
+        env = dict(self.env_base)
+        env["PYTHONUNBUFFERED"] = "1"
+        wt = str(self.worktrees[side])
+        env["PYTHONPATH"] = wt + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        for k, t in self.task.server.env.items():
+            env[k] = render(t, values)
+        return env
+
+    # ------------------------------------------------------------------ the whole verification
+
+    def run(self) -> int:
+        o = self.o
+        self.bundle = BundleWriter(o.out, self.header())
+        complete = False
+        code = 1
+        interrupted: str | None = None
+        error: str | None = None
+        stop_reason: str | None = None
+        co: gitwork.Checkout | None = None
+        with self._signals():
+            try:
+                self.workdir = self._make_workdir()
+                self.backend = self._backend()
+                try:
+                    co = gitwork.checkout(self.workdir, o.repo, o.base, o.head_repo, o.head)
+                except gitwork.GitError as exc:
+                    raise _Abort(f"checkout failed: {exc}") from exc
+                self.worktrees = {"base": co.base, "head": co.head}
+                self.bundle.header["base"]["sha"] = co.base_sha
+                self.bundle.header["head"]["sha"] = co.head_sha
+                self._fingerprint()
+                self._prepare()
+                for p in self.plan:
+                    self._check_signal()
+                    if stop_reason is None and time.monotonic() >= self.deadline:
+                        stop_reason = (
+                            f"the verification's total time limit ({self.total_timeout:.0f}s) "
+                            "was reached"
+                        )
+                    if stop_reason is not None:
+                        self.bundle.add(self._skipped(p, stop_reason))
+                        continue
+                    rec = self._run_one(p)  # it adds its record to the bundle itself
+                    if rec["status"] == "failed":
+                        if rec.get("failure") == "total-time-limit":
+                            stop_reason = (
+                                f"the verification's total time limit "
+                                f"({self.total_timeout:.0f}s) was reached"
+                            )
+                        elif self.on_failure == "stop":
+                            stop_reason = (
+                                f"the schedule stopped after run {p.id} failed "
+                                "(policy on_failure = stop)"
+                            )
+                complete = stop_reason is None
+                code = 0 if complete else 1
+            except Interrupted as exc:
+                interrupted = exc.name
+                code = 128 + exc.signum
+                self._skip_rest(f"the verification was interrupted ({exc.name})")
+            except _Abort as exc:
+                error = str(exc)
+                self._skip_rest(error)
+            except RunnerBug as exc:
+                error = f"runner error: {exc.exc!r}"
+                self._skip_rest(error)
+                traceback.print_exception(type(exc.exc), exc.exc, exc.exc.__traceback__)
+            except Exception as exc:
+                error = f"runner error: {exc!r}"
+                traceback.print_exc()
+                self._skip_rest(error)
+            finally:
+                self._shield = True
+                self._raised = True  # from here on a signal only waits for the manifest
+                self.bundle.update(
+                    warnings=self.warnings,
+                    interrupted=interrupted,
+                    error=error,
+                    stopped=stop_reason,
+                )
+                path = self.bundle.finalize(complete)
+                self._cleanup(co)
+        n = {
+            s: sum(1 for r in self.bundle.runs if r["status"] == s)
+            for s in ("ok", "failed", "skipped")
+        }
+        print(
+            f"rsi-runner: {path} written: {n['ok']} ok, {n['failed']} failed, "
+            f"{n['skipped']} skipped of {len(self.plan)}; complete={complete}",
+            file=sys.stderr,
+        )
+        return code
+
+    def _make_workdir(self) -> Path:
+        if self.o.workdir is not None:
+            self.o.workdir.mkdir(parents=True, exist_ok=True)
+            return self.o.workdir.resolve()
+        self._own_workdir = True
+        return Path(tempfile.mkdtemp(prefix="rsi-work-")).resolve()
+
+    def _cleanup(self, co: gitwork.Checkout | None) -> None:
+        with suppress(Exception):
+            self.backend.close()
+        if self.o.keep_workdir or self.workdir is None:
+            return
+        shutil.rmtree(self.workdir / "scratch", ignore_errors=True)
+        if co is not None:
+            gitwork.remove(co)
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _backend(self) -> Backend:
+        if self.o.backend is not None:
+            return self.o.backend
+        if self.gpu == "cpu":
+            return NoGpu()
+        try:
+            b = detect()
+        except Exception as exc:
+            self.warnings.append(f"the GPU could not be read: {exc}")
+            return NoGpu()
+        if b.name is None:
+            self.warnings.append(
+                "no GPU backend (no NVML, no nvidia-smi): nothing about the GPU was recorded"
+            )
+        return b
+
+    def _skipped(self, p: schedule.Planned, reason: str) -> dict[str, Any]:
+        rec: dict[str, Any] = dict(p.record())
+        rec.update({"status": "skipped", "error": reason, "files": {}})
+        return rec
+
+    def _skip_rest(self, reason: str) -> None:
+        done = len(self.bundle.runs)
+        for p in self.plan[done:]:
+            self.bundle.add(self._skipped(p, reason))
+
+    # ------------------------------------------------------------------ fingerprint, prepare
+
+    def _fingerprint(self) -> None:
+        shared = fingerprint.machine(self.backend)
+        envs: dict[str, dict[str, Any]] = {}
+        checkout: dict[str, Any] = {}
+        for side in ("base", "head"):
+            vals = self.values(side, rnd=None)
+            fp = fingerprint.side(self.o.python, self.worktrees[side], self.env(side, vals))
+            env = dict(shared)
+            env["python"] = fp["python"]
+            env["packages"] = fp["packages"]
+            envs[side] = env
+            bad = fingerprint.outside(self.worktrees[side], fp["imports"])
+            checkout[side] = {
+                "worktree": str(self.worktrees[side]),
+                "imports": fp["imports"],
+            }
+            if fp.get("error"):
+                checkout[side]["fingerprint_error"] = fp["error"]
+                self.warnings.append(f"the {side} side's Python could not be probed: {fp['error']}")
+            for mod, where in bad.items():
+                self.warnings.append(
+                    f"the {side} side imports {mod} from {where}, not from its worktree: "
+                    "it may not run its own code"
+                )
+        self.bundle.update(environment=envs, checkout=checkout)
+        bench = self.bundle.header["benchmark"]
+        shas = {}
+        for side in ("base", "head"):
+            d = self.dataset(side)
+            if d:
+                path = Path(d) if os.path.isabs(d) else self.worktrees[side] / d
+                shas[side] = _sha256(path) if path.is_file() else None
+        if shas:
+            bench["dataset_sha256"] = shas.get("base")
+            if shas.get("base") != shas.get("head"):
+                bench["dataset_sha256_head"] = shas.get("head")
+                self.warnings.append("base and head read different dataset files")
+
+    def _prepare(self) -> None:
+        record: dict[str, Any] = {}
+        self.bundle.update(prepare=record)
+        for side in ("base", "head"):
+            log = self.bundle.out / "logs" / f"prepare-{side}.log"
+            t0 = time.monotonic()
+            entry: dict[str, Any] = {"status": "ok", "commands": len(self.task.prepare)}
+            record[side] = entry
+            if self.task.prepare:
+                entry["log"] = self.bundle.rel(log)
+            for tmpl in self.task.prepare:
+                vals = self.values(side, rnd=None)
+                argv = render_command(tmpl, vals)
+                left = min(self.task.prepare_timeout_s, self.deadline - time.monotonic())
+                try:
+                    fin = proc.run(
+                        argv,
+                        self.worktrees[side],
+                        self.env(side, vals),
+                        log,
+                        timeout=max(left, 1.0),
+                        header=f"$ {shlex.join(argv)}",
+                    )
+                except OSError as exc:
+                    entry.update(status="failed", error=f"{shlex.join(argv)}: {exc}")
+                    raise _Abort(f"prepare failed on {side}: {shlex.join(argv)}: {exc}") from exc
+                if fin.timed_out or fin.returncode != 0:
+                    why = (
+                        f"timed out after {fin.wall_s:.0f}s"
+                        if fin.timed_out
+                        else proc.describe_exit(fin.returncode)
+                    )
+                    entry.update(
+                        status="failed",
+                        error=f"{shlex.join(argv)}: {why}",
+                        log_tail=tail(log),
+                        duration_s=round(time.monotonic() - t0, 3),
+                    )
+                    raise _Abort(f"prepare failed on {side}: {shlex.join(argv)}: {why}")
+            entry["duration_s"] = round(time.monotonic() - t0, 3)
+
+    # ------------------------------------------------------------------ one run
+
+    def _left(self, run_deadline: float) -> float:
+        return run_deadline - time.monotonic()
+
+    def _limit(self, step_s: float, run_deadline: float) -> tuple[float, str]:
+        """The time a step may take and, if it is cut, which limit cut it."""
+        cands = [
+            (step_s, "step"),
+            (run_deadline - time.monotonic(), "run"),
+            (self.deadline - time.monotonic(), "total"),
+        ]
+        t, which = min(cands, key=lambda c: c[0])
+        return max(t, 0.0), which
+
+    def _run_one(self, p: schedule.Planned) -> dict[str, Any]:
+        side = p.side
+        wt = self.worktrees[side]
+        rdir = self.bundle.run_dir(p.id)
+        ldir = self.bundle.log_dir(p.id)
+        server_log, client_log = ldir / "server.log", ldir / "client.log"
+        assert self.workdir is not None
+        scratch = self.workdir / "scratch" / p.id
+        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.mkdir(parents=True)
+        rec: dict[str, Any] = dict(p.record())
+        rec.update(
+            {
+                "status": "ok",
+                "run_started_at": iso(),
+                "accuracy": p.accuracy,
+                "files": {},
+                "logs": {
+                    "server": self.bundle.rel(server_log),
+                    "client": self.bundle.rel(client_log),
+                },
+            }
+        )
+        info: dict[str, Any] = {
+            "startup_s": None,
+            "peak_vram_mib": None,
+            "gpu_samples": [],
+            "cpuset_busy_prelaunch": None,
+            "foreign_peak_cores": None,
+            "gpu_backend": self.backend.name,
+            "cpuset": host.cpuset_spec(host.cpuset()),
+        }
+        run_t0 = time.monotonic()
+        run_deadline = run_t0 + self.run_timeout
+        stage = "gpu-wait"
+        bench_vals: dict[str, object] | None = None
+        server: proc.Process | None = None
+        monitor: Monitor | None = None
+        stopped = False
+
+        def stop_server(grace: float) -> None:
+            """Stop the server and the sampling (once), and note how it ended."""
+            nonlocal stopped
+            if stopped:
+                return
+            stopped = True
+            if server is not None:
+                was_running = server.poll() is None
+                rc = server.stop(grace)
+                info["server_exit"] = {
+                    "returncode": rc,
+                    "how": server.stopped_how,
+                    "running_at_stop": was_running,
+                }
+            if monitor is not None:
+                monitor.stop()
+                info.update(monitor.summary())
+
+        failure: RunFailure | None = None
+        interrupted: Interrupted | None = None
+        bug: BaseException | None = None
+        try:
+            limit, which = self._limit(self.gpu_idle_timeout, run_deadline)
+            cpu = host.CpuLoad()  # foreign CPU load is measured over the idle wait too
+            wait = wait_idle(self.backend, limit)
+            info["gpu_wait"] = wait.as_dict()
+            rec["gpu_wait_s"] = round(wait.waited_s, 3)
+            if not wait.idle:
+                kind = {"total": "total-time-limit", "run": "run-time-limit"}.get(which, "gpu-busy")
+                raise RunFailure(
+                    kind,
+                    f"the GPU stayed busy for {wait.waited_s:.0f}s "
+                    f"({wait.foreign.get('reason')}); the run was not started",
+                    last="gpu",
+                )
+            pre = None
+            if self.o.prelaunch_s > 0 and cpu.available:
+                time.sleep(max(0.0, self.o.prelaunch_s - wait.waited_s))
+                pre = cpu.window()
+            info["cpuset_busy_prelaunch"] = round(pre, 4) if pre is not None else None
+
+            stage = "start"
+            port = free_port()
+            vals = self.values(
+                side,
+                p.round,
+                port=port,
+                mode=p.mode,
+                concurrency=p.concurrency,
+                requests=p.requests,
+                out=str(scratch / "server"),
+            )
+            (scratch / "server").mkdir()
+            env = self.env(side, vals)
+            argv = render_command(self.task.server.command, vals)
+            health = render(self.task.server.health, vals)
+            info.update({"port": port, "health": health, "command": argv})
+            monitor = Monitor(self.backend, self.o.sample_interval_s)
+            try:
+                server = proc.Process(argv, wt, env, server_log, header=f"$ {shlex.join(argv)}")
+            except OSError as exc:
+                raise RunFailure("start-failed", f"the server could not be started: {exc}") from exc
+            monitor.start()
+            info["startup_s"] = round(self._wait_healthy(server, health, run_deadline), 4)
+
+            if p.warmup_requests > 0:
+                stage = "warm-up"
+                wvals = dict(vals, requests=p.warmup_requests, out=str(scratch / "warmup"))
+                (scratch / "warmup").mkdir()
+                self._client(
+                    "warm-up",
+                    self.task.benchmark.modes[p.mode],
+                    wvals,
+                    env,
+                    client_log,
+                    server,
+                    self.task.benchmark.timeout_s,
+                    run_deadline,
+                )
+
+            stage = "benchmark"
+            bvals = bench_vals = dict(vals, out=str(scratch / "bench"))
+            (scratch / "bench").mkdir()
+            fin = self._client(
+                "benchmark",
+                self.task.benchmark.modes[p.mode],
+                bvals,
+                env,
+                client_log,
+                server,
+                self.task.benchmark.timeout_s,
+                run_deadline,
+            )
+            rec["started_at"] = iso(fin.started)
+            rec["ended_at"] = iso(fin.ended)
+            rec["runner_wall_s"] = round(fin.wall_s, 4)
+            src = self._output(self.task.benchmark.output, bvals, wt)
+            if src is None:
+                raise RunFailure(
+                    "no-output",
+                    "the benchmark client exited 0 but wrote no "
+                    f"{render(self.task.benchmark.output, bvals)}",
+                    last="client",
+                )
+            dest = rdir / src.name  # the client's file, byte for byte, under its own name
+            shutil.copyfile(src, dest)
+            rec["files"]["speed"] = self.bundle.rel(dest)
+            wall, wsrc = wall_clock(dest, fin.wall_s)
+            rec["wall_clock_s"] = wall
+            rec["wall_clock_source"] = wsrc
+
+            acc = self.task.accuracy
+            if p.accuracy and acc is not None and not acc.after_server_stop:
+                stage = "accuracy"
+                self._accuracy(rec, rdir, bvals, env, client_log, server, run_deadline)
+            stage = "stop"
+            rc = server.poll()
+            if rc is not None:
+                raise RunFailure(
+                    "crashed", f"the server exited during the run ({proc.describe_exit(rc)})"
+                )
+            if p.accuracy and acc is not None and acc.after_server_stop:
+                stop_server(self.task.server.stop_grace_s)
+                stage = "accuracy"
+                self._accuracy(rec, rdir, bvals, env, client_log, None, run_deadline)
+        except RunFailure as exc:
+            failure = exc
+        except Interrupted as exc:
+            interrupted = exc
+            failure = RunFailure("interrupted", f"interrupted by {exc.name} during {stage}")
+        except Exception as exc:
+            bug = exc
+            failure = RunFailure("runner-error", f"runner error during {stage}: {exc!r}")
+        finally:
+            with self._shielded():
+                stop_server(3.0 if interrupted is not None else self.task.server.stop_grace_s)
+                spath = rdir / "server.json"
+                write_json_atomic(spath, info, indent=None)
+                rec["files"]["server"] = self.bundle.rel(spath)
+                rec["run_ended_at"] = iso()
+                rec["run_s"] = round(time.monotonic() - run_t0, 3)
+                rec["startup_s"] = info.get("startup_s")
+                if failure is not None:
+                    left = (
+                        self._output(self.task.benchmark.output, bench_vals, wt)
+                        if bench_vals is not None
+                        else None
+                    )
+                    if "speed" not in rec["files"] and left is not None:
+                        # what the client recorded before the run failed, for diagnosis
+                        shutil.copyfile(left, rdir / left.name)
+                        rec["files"]["speed"] = self.bundle.rel(rdir / left.name)
+                    rec["status"] = "failed"
+                    rec["failure"] = failure.kind
+                    rec["error"] = failure.message
+                    rec["log_tail"] = self._log_tail(failure, server_log, client_log, info)
+                    rec.setdefault("started_at", rec["run_started_at"])
+                    rec.setdefault("ended_at", rec["run_ended_at"])
+                    rec.setdefault("wall_clock_s", None)
+                shutil.rmtree(scratch, ignore_errors=True)
+                rec["logs"] = {
+                    k: v for k, v in rec["logs"].items() if (self.bundle.out / v).is_file()
+                }
+                _rmdir_if_empty(ldir)
+                # Recorded here, shielded: a signal cannot fall between the run's end and
+                # its record, so a finished run is never reported as skipped.
+                self.bundle.add(rec)
+        if interrupted is not None:
+            interrupted.record = rec
+            raise interrupted
+        if bug is not None:
+            raise RunnerBug(rec, bug)
+        return rec
+
+    def _accuracy(
+        self,
+        rec: dict[str, Any],
+        rdir: Path,
+        vals: dict[str, object],
+        env: dict[str, str],
+        log: Path,
+        server: proc.Process | None,
+        run_deadline: float,
+    ) -> None:
+        """The task's accuracy command, in the measured run's {out} (it may read the
+        audio the benchmark saved there); its output becomes the run's wer_results.json."""
+        acc = self.task.accuracy
+        assert acc is not None
+        self._client(
+            "accuracy",
+            acc.command,
+            vals,
+            env,
+            log,
+            server,
+            acc.timeout_s or self.task.benchmark.timeout_s,
+            run_deadline,
+        )
+        src = self._output(acc.output, vals, Path(str(vals["worktree"])))
+        if src is None:
+            raise RunFailure(
+                "no-output",
+                f"the accuracy command exited 0 but wrote no {render(acc.output, vals)}",
+                last="client",
+            )
+        dest = rdir / src.name
+        if rec["files"].get("speed") == self.bundle.rel(dest):
+            dest = rdir / f"accuracy-{src.name}"
+        shutil.copyfile(src, dest)
+        rec["files"]["wer"] = self.bundle.rel(dest)
+
+    def _wait_healthy(self, server: proc.Process, url: str, run_deadline: float) -> float:
+        limit, which = self._limit(self.task.server.startup_timeout_s, run_deadline)
+        t_end = time.monotonic() + limit
+        delay = 0.05
+        while True:
+            rc = server.poll()
+            if rc is not None:
+                raise RunFailure(
+                    "start-failed",
+                    f"the server exited before its health check passed ({proc.describe_exit(rc)})",
+                )
+            if healthy(url, timeout=min(5.0, max(0.5, t_end - time.monotonic()))):
+                return server.elapsed()
+            now = time.monotonic()
+            if now >= t_end:
+                kind = {"total": "total-time-limit", "run": "run-time-limit"}.get(
+                    which, "start-timeout"
+                )
+                raise RunFailure(
+                    kind,
+                    f"the server did not pass its health check ({url}) within {limit:.0f}s",
+                )
+            time.sleep(min(delay, max(0.0, t_end - now)))
+            delay = min(delay * 1.5, 1.0)
+
+    def _client(
+        self,
+        what: str,
+        template: str,
+        vals: dict[str, object],
+        env: dict[str, str],
+        log: Path,
+        server: proc.Process | None,
+        step_timeout: float,
+        run_deadline: float,
+    ) -> proc.Finished:
+        """Run a client command against the live server; RunFailure if it goes wrong.
+
+        The server is watched while the client runs: if it dies, the client gets a few
+        seconds to record its failed requests, then it is stopped and the run fails as
+        a crash. A client past its time limit is stopped (a hung server, usually).
+        """
+        argv = render_command(template, vals)
+        limit, which = self._limit(step_timeout, run_deadline)
+        wt = self.worktrees[str(vals["side"])]
+        try:
+            c = proc.Process(argv, wt, env, log, f"--- {what}\n$ {shlex.join(argv)}")
+        except OSError as exc:
+            raise RunFailure(
+                "client-failed", f"the {what} client could not be started: {exc}", "client"
+            ) from exc
+        t_end = time.monotonic() + limit
+        server_died: float | None = None
+        rc: int | None = None
+        timed_out = False
+        try:
+            while True:
+                try:
+                    rc = c.popen.wait(timeout=0.25)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                now = time.monotonic()
+                if server_died is None and server is not None and server.poll() is not None:
+                    server_died = now
+                if server_died is not None and now - server_died > 10.0:
+                    break
+                if now >= t_end:
+                    timed_out = True
+                    break
+        finally:
+            wall = c.elapsed()
+            c.stop(grace=2.0)
+        srv_rc = server.poll() if server is not None else None
+        if srv_rc is not None:
+            raise RunFailure(
+                "crashed",
+                f"the server exited during the {what} ({proc.describe_exit(srv_rc)})",
+                last="server",
+            )
+        if timed_out:
+            kind = {"total": "total-time-limit", "run": "run-time-limit"}.get(which, "hung")
+            raise RunFailure(
+                kind,
+                f"the {what} client did not finish within {limit:.0f}s (the server may "
+                "hang) and was stopped",
+                last="server",
+            )
+        if rc != 0:
+            raise RunFailure(
+                "client-failed", f"the {what} client failed ({proc.describe_exit(rc)})", "client"
+            )
+        return proc.Finished(rc, False, wall, c.started, c.started + wall)
+
+    def _output(self, template: str, vals: dict[str, object], wt: Path) -> Path | None:
+        p = Path(render(template, vals))
+        if not p.is_absolute():
+            p = wt / p
+        return p if p.is_file() else None
+
+    def _log_tail(
+        self, failure: RunFailure, server_log: Path, client_log: Path, info: dict[str, Any]
+    ) -> str:
+        parts: list[tuple[str, str]] = []
+        s, c = tail(server_log, 30, 2500), tail(client_log, 30, 2500)
+        if failure.last == "gpu":
+            return json.dumps(info.get("gpu_wait") or {}, indent=None)[-2000:]
+        order = [("server.log", s), ("client.log", c)]
+        if failure.last == "server":
+            order.reverse()
+        parts = [(n, t) for n, t in order if t]
+        return "\n".join(f"==> {n} <==\n{t}" for n, t in parts) or failure.message
+
+
+class _Abort(Exception):
+    """The verification cannot go on (checkout or prepare failed)."""
+
+
+def _rmdir_if_empty(d: Path) -> None:
+    with suppress(OSError):
+        d.rmdir()
+
+
+def _runner_commit() -> str | None:
+    try:
+        return gitwork.git("rev-parse", "HEAD", cwd=RUNNER_ROOT, timeout=10)
+    except gitwork.GitError:
+        return None
