@@ -15,6 +15,8 @@ from typing import Any
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -31,7 +33,9 @@ def normalize_url(url: str) -> str:
 def make_engine(url: str) -> Engine:
     url = normalize_url(url)
     parsed = make_url(url)
-    kwargs: dict[str, Any] = {"future": True, "pool_pre_ping": True}
+    # No pre-ping (a round trip per checkout on the webhook hot path); connections are
+    # recycled before servers drop idle ones instead.
+    kwargs: dict[str, Any] = {"future": True, "pool_recycle": 1800}
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
@@ -81,6 +85,40 @@ class Database:
         """A transaction: committed on success, rolled back on error."""
         with self.sessions() as s, s.begin():
             yield s
+
+    def store_delivery(
+        self,
+        delivery_id: str,
+        source: str,
+        event: str,
+        action: str | None,
+        installation_id: int | None,
+        payload: str,
+    ) -> bool:
+        """Keep a delivery before it is acknowledged: one `INSERT … ON CONFLICT DO NOTHING`
+        round trip on the hot path; False when this id was stored before (a redelivery)."""
+        from bot.models import Delivery, utcnow
+
+        table = Delivery.__table__
+        dialect = self.engine.dialect.name
+        insert: Any = pg_insert if dialect == "postgresql" else sqlite_insert
+        stmt = (
+            insert(table)
+            .values(
+                id=delivery_id,
+                source=source,
+                event=event,
+                action=action,
+                installation_id=installation_id,
+                payload=payload,
+                status="queued",
+                attempts=0,
+                received_at=utcnow(),
+            )
+            .on_conflict_do_nothing(index_elements=["id"])
+        )
+        with self.engine.begin() as conn:
+            return bool(conn.execute(stmt).rowcount)
 
     def dispose(self) -> None:
         self.engine.dispose()

@@ -57,6 +57,8 @@ class Delivery(Base):
     payload: Mapped[str] = mapped_column(Text)
     status: Mapped[str] = mapped_column(String(20), default="queued")  # queued|done|failed
     attempts: Mapped[int] = mapped_column(Integer, default=0)
+    # Held by the job processing it; a re-queued copy finds it claimed and does nothing.
+    claimed_until: Mapped[dt.datetime | None]
     error: Mapped[str | None] = mapped_column(Text)
     result: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     received_at: Mapped[dt.datetime] = mapped_column(default=utcnow)

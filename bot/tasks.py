@@ -24,15 +24,32 @@ def process_delivery(delivery_id: str) -> None:
 
 
 def _process_delivery(delivery_id: str) -> None:
+    """Claim the delivery atomically (a re-queued copy of the job then finds it taken or
+    done and does nothing), run its handlers, mark it done."""
+    from sqlalchemy import update
+
     from bot.features import router
     from bot.models import Delivery, utcnow
 
     rt = runtime.current()
+    now = utcnow()
     with rt.db.session() as s:
-        d = s.get(Delivery, delivery_id)
-        if d is None or d.status == "done":
+        claimed = s.execute(
+            update(Delivery)
+            .where(
+                Delivery.id == delivery_id,
+                Delivery.status == "queued",
+                (Delivery.claimed_until.is_(None)) | (Delivery.claimed_until < now),
+            )
+            .values(
+                attempts=Delivery.attempts + 1,
+                claimed_until=now + dt.timedelta(seconds=rt.settings.RSI_LEASE_S),
+            )
+        ).rowcount  # type: ignore[attr-defined]
+        if not claimed:
             return
-        d.attempts += 1
+        d = s.get(Delivery, delivery_id)
+        assert d is not None
         event, payload = d.event, orjson.loads(d.payload)
     try:
         handled = router.dispatch(event, payload)
@@ -41,12 +58,14 @@ def _process_delivery(delivery_id: str) -> None:
             d = s.get(Delivery, delivery_id)
             assert d is not None
             d.error = f"{type(exc).__name__}: {exc}"[:2000]
+            d.claimed_until = None  # free for the retry
         log.exception("delivery %s (%s) failed", delivery_id, event)
         raise
     with rt.db.session() as s:
         d = s.get(Delivery, delivery_id)
         assert d is not None
         d.status, d.processed_at, d.error = "done", utcnow(), None
+        d.claimed_until = None
         d.result = {"handlers": handled}
 
 
@@ -98,6 +117,7 @@ def reconcile() -> None:
                     Delivery.status == "queued",
                     Delivery.received_at < stale,
                     Delivery.attempts < 20,
+                    (Delivery.claimed_until.is_(None)) | (Delivery.claimed_until < now),
                 )
             )
         )

@@ -11,10 +11,8 @@ import logging
 
 import orjson
 from flask import Blueprint, Response, current_app, jsonify, request
-from sqlalchemy.exc import IntegrityError
 
 from bot import observability
-from bot.models import Delivery
 from bot.runtime import Runtime
 from bot.signatures import valid
 
@@ -53,19 +51,7 @@ def github_webhook() -> tuple[Response, int]:
         return jsonify(error="body is not a JSON object"), 400
     action = payload.get("action") if isinstance(payload.get("action"), str) else None
     installation = (payload.get("installation") or {}).get("id")
-    try:
-        with rt.db.session() as s:
-            s.add(
-                Delivery(
-                    id=delivery,
-                    source="github",
-                    event=event,
-                    action=action,
-                    installation_id=installation,
-                    payload=body.decode(),
-                )
-            )
-    except IntegrityError:
+    if not rt.db.store_delivery(delivery, "github", event, action, installation, body.decode()):
         log.info("delivery %s already received; not processed again", delivery)
         observability.count_delivery(event, "duplicate")
         return jsonify(ok=True, duplicate=True), 202

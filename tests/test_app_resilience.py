@@ -196,3 +196,20 @@ def test_a_delivery_left_queued_is_processed_by_the_reconciler(
         d = s.get(Delivery, "lost-1")
         assert d is not None
         assert d.status == "done"
+
+
+def test_a_requeued_delivery_runs_its_handlers_once(tmp_path: Path, github: GitHubStandIn) -> None:
+    """The reconciler may re-queue a delivery whose job is still waiting in a backlog; the
+    second copy finds it claimed or done and does nothing."""
+    from bot.models import Delivery
+    from tests.standin import example
+
+    app = _app(tmp_path, github)
+    rt: runtime.Runtime = app.extensions["rsi"]
+    client: FlaskClient = app.test_client()
+    assert deliver(client, "installation", example("installation", "created"), "twice") == 202
+    tasks.process_delivery("twice")
+    with rt.db.session() as s:
+        d = s.get(Delivery, "twice")
+        assert d is not None
+        assert (d.status, d.attempts) == ("done", 1)
