@@ -14,6 +14,8 @@ import os
 import time
 from dataclasses import dataclass
 
+from runners.proc import stat_fields
+
 
 def cpuset() -> list[int]:
     try:
@@ -64,21 +66,12 @@ class _Proc:
 
 def _procs() -> dict[int, _Proc]:
     out: dict[int, _Proc] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return out
-    for e in entries:
-        if not e.isdigit():
-            continue
+    for pid, r in stat_fields():
         try:
-            with open(f"/proc/{e}/stat", "rb") as f:
-                data = f.read().decode("ascii", "replace")
-            r = data[data.rindex(")") + 2 :].split()
-            out[int(e)] = _Proc(
+            out[pid] = _Proc(
                 int(r[1]), int(r[11]) + int(r[12]), int(r[13]) + int(r[14]), int(r[19])
             )
-        except (OSError, ValueError, IndexError):
+        except (ValueError, IndexError):
             continue
     return out
 

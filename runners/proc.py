@@ -13,7 +13,7 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -55,22 +55,30 @@ class _Stat:
     zombie: bool
 
 
-def _scan() -> list[_Stat]:
-    """Every process in /proc (pid, parent, process group, zombie or not)."""
-    out: list[_Stat] = []
+def stat_fields() -> Iterator[tuple[int, list[str]]]:
+    """Each process's `/proc/<pid>/stat` fields after the command name (state first)."""
     try:
         entries = os.listdir("/proc")
     except OSError:
-        return out
+        return
     for e in entries:
         if not e.isdigit():
             continue
         try:
             with open(f"/proc/{e}/stat", "rb") as f:
                 data = f.read().decode("ascii", "replace")
-            rest = data[data.rindex(")") + 2 :].split()
-            out.append(_Stat(int(e), int(rest[1]), int(rest[2]), rest[0] in ("Z", "X")))
-        except (OSError, ValueError, IndexError):
+            yield int(e), data[data.rindex(")") + 2 :].split()
+        except (OSError, ValueError):
+            continue
+
+
+def _scan() -> list[_Stat]:
+    """Every process in /proc (pid, parent, process group, zombie or not)."""
+    out: list[_Stat] = []
+    for pid, rest in stat_fields():
+        try:
+            out.append(_Stat(pid, int(rest[1]), int(rest[2]), rest[0] in ("Z", "X")))
+        except (ValueError, IndexError):
             continue
     return out
 
