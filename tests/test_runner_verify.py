@@ -533,8 +533,10 @@ def _python310() -> str | None:
 def test_runs_on_python_3_10_without_tomllib(tmp_path: Path) -> None:
     py = _python310()
     if py is None:
-        pytest.fail("no Python 3.10 found (pyenv's 3.10.x or /usr/bin/python3.10): the "
-                    "runner's oldest supported Python must be tested; install one")
+        pytest.fail(
+            "no Python 3.10 found (pyenv's 3.10.x or /usr/bin/python3.10): the "
+            "runner's oldest supported Python must be tested; install one"
+        )
     r = subprocess.run(
         [py, "-S", "-E", "-m", "runners", "tasks"], cwd=ROOT, capture_output=True, text=True
     )
