@@ -12,7 +12,7 @@ run also says where the machine's CPU went (server, PostgreSQL, Redis, wrk, anyt
 else) per response, and how the kernel spread wrk's connections over the two workers.
 
 Then `rsi-bot worker` drains the queue and the deliveries are counted: every acknowledged
-delivery stored (0 lost), one job queued per delivery, and every job run once
+delivery stored (0 lost), every delivery queued (in batches, `bot.batcher`), and every job run once
 (`attempts == 1`, and one `process_delivery` execution per delivery in the worker's log).
 
     .venv/bin/python bench/webhook_ack.py
@@ -341,6 +341,20 @@ def run_wrk(
     )
 
 
+def queued_deliveries(huey: Any) -> tuple[int, int]:
+    """(jobs, deliveries) waiting in the queue: the web process queues one
+    `process_deliveries` job per batch of acknowledged deliveries (`bot.batcher`)."""
+    jobs = deliveries = 0
+    for data in huey.storage.enqueued_items():
+        message = huey.serializer.deserialize(data)
+        jobs += 1
+        if message.name.endswith("process_deliveries"):
+            deliveries += len(message.args[0])
+        elif message.name.endswith("process_delivery"):
+            deliveries += 1
+    return jobs, deliveries
+
+
 def query(db_url: str, sql: str) -> tuple[Any, ...]:
     import psycopg
 
@@ -542,7 +556,7 @@ def main(argv: list[str] | None = None) -> int:
         failed = sum(r.non2xx + r.socket_errors for r in app_runs)
         (stored,) = query(db_url, "SELECT count(*) FROM deliveries")
         huey = RedisHuey("rsi-bot", url=redis_url)
-        queued = huey.pending_count()
+        jobs, queued = queued_deliveries(huey)
 
         worker = Proc("worker", [str(BIN / "rsi-bot"), "worker"], env, tmp)
         try:
@@ -602,7 +616,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"  stored {stored:,} (= acknowledged + {stored - acked} of those in flight); "
-        f"{queued:,} jobs queued before the worker started; lost {lost}"
+        f"{queued:,} queued in {jobs:,} jobs before the worker started; lost {lost}"
     )
     print(
         f"  worker drained them in {drain_s:.1f} s: {done:,} done, {once:,} with attempts == 1 "

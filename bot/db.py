@@ -7,6 +7,9 @@ PostgreSQL URLs are routed to psycopg 3. Migrations ship inside the package, so
 
 from __future__ import annotations
 
+import datetime as dt
+import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,12 +18,25 @@ from typing import Any
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+_INSERT_DELIVERY = (
+    "INSERT INTO deliveries (id, source, event, payload, status, attempts, received_at) "
+    "VALUES (%s, %s, %s, %s, 'queued', 0, %s) ON CONFLICT (id) DO NOTHING"
+)
+
+
+def utcnow_() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def _disconnected(conn: Any, exc: Exception) -> bool:
+    """True when `exc` is psycopg saying the connection is gone (not a query error)."""
+    import psycopg
+
+    return isinstance(exc, psycopg.OperationalError) and bool(conn.closed or conn.broken)
 
 
 def normalize_url(url: str) -> str:
@@ -79,6 +95,9 @@ class Database:
         self.url = url
         self.engine = make_engine(url)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._writers: list[Any] = []  # every thread's writer connection, for dispose()
 
     @contextmanager
     def session(self) -> Iterator[Session]:
@@ -86,39 +105,66 @@ class Database:
         with self.sessions() as s, s.begin():
             yield s
 
-    def store_delivery(
-        self,
-        delivery_id: str,
-        source: str,
-        event: str,
-        action: str | None,
-        installation_id: int | None,
-        payload: str,
-    ) -> bool:
-        """Keep a delivery before it is acknowledged: one `INSERT … ON CONFLICT DO NOTHING`
-        round trip on the hot path; False when this id was stored before (a redelivery)."""
-        from bot.models import Delivery, utcnow
+    def store_delivery(self, delivery_id: str, source: str, event: str, payload: str) -> bool:
+        """Keep a delivery before it is acknowledged; False when this id was stored before
+        (a redelivery). The webhook's hot path: on PostgreSQL one prepared `INSERT … ON
+        CONFLICT DO NOTHING` in autocommit on a connection owned by the calling thread (one
+        round trip, no ORM unit of work); the worker fills in `action` and
+        `installation_id` when it parses the payload."""
+        received = utcnow_()
+        if self.engine.dialect.name == "postgresql":
+            return self._store_pg(delivery_id, source, event, payload, received)
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-        table = Delivery.__table__
-        dialect = self.engine.dialect.name
-        insert: Any = pg_insert if dialect == "postgresql" else sqlite_insert
+        from bot.models import Delivery
+
         stmt = (
-            insert(table)
+            sqlite_insert(Delivery.__table__)
             .values(
                 id=delivery_id,
                 source=source,
                 event=event,
-                action=action,
-                installation_id=installation_id,
                 payload=payload,
                 status="queued",
                 attempts=0,
-                received_at=utcnow(),
+                received_at=received,
             )
             .on_conflict_do_nothing(index_elements=["id"])
         )
         with self.engine.begin() as conn:
             return bool(conn.execute(stmt).rowcount)
 
+    def _store_pg(
+        self, delivery_id: str, source: str, event: str, payload: str, received: dt.datetime
+    ) -> bool:
+        params = (delivery_id, source, event, payload, received)
+        conn = self._writer()
+        try:
+            return bool(conn.execute(_INSERT_DELIVERY, params).rowcount)
+        except Exception as exc:
+            if not _disconnected(conn, exc):
+                raise
+        # The server closed the connection (restart, idle timeout): one fresh try.
+        self._local.conn = None
+        return bool(self._writer().execute(_INSERT_DELIVERY, params).rowcount)
+
+    def _writer(self) -> Any:
+        """This thread's autocommit connection for `store_delivery`, taken out of the pool
+        (same connect arguments) and kept; a forked child makes its own."""
+        conn = getattr(self._local, "conn", None)
+        if conn is None or conn.closed or self._local.pid != os.getpid():
+            fairy = self.engine.raw_connection()
+            conn = fairy.driver_connection
+            fairy.detach()
+            conn.autocommit = True
+            self._local.conn, self._local.pid = conn, os.getpid()
+            with self._lock:
+                self._writers.append(conn)
+        return conn
+
     def dispose(self) -> None:
+        with self._lock:
+            writers, self._writers = self._writers, []
+        for conn in writers:
+            conn.close()
         self.engine.dispose()

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from huey import Huey, RedisHuey, SqliteHuey
 
 from bot.artifacts import ArtifactStore, store_from_url
+from bot.batcher import Batcher
 from bot.config import Settings
 from bot.db import Database
 from bot.gh import GitHubApp
@@ -50,6 +51,7 @@ class Runtime:
         from bot.tasks import Tasks
 
         self.tasks = Tasks(self.huey)
+        self._batcher = Batcher(self._queue_deliveries)
         self._configs = ConfigCache()
         self._config_seen: dict[str, tuple[float, ConfigResult]] = {}
 
@@ -65,11 +67,23 @@ class Runtime:
         return result
 
     def enqueue_delivery(self, delivery_id: str) -> None:
-        """Best effort: a delivery left `queued` is picked up again by the reconciler."""
+        """Best effort, off the request thread (`bot.batcher`): a delivery left `queued`
+        is picked up again by the reconciler. An immediate (in-process) queue runs the job
+        here and now, as tests expect."""
+        if not self.huey.immediate:
+            self._batcher.put(delivery_id)
+            return
         try:
             self.tasks.process_delivery(delivery_id)
         except Exception:
             log.exception("could not enqueue delivery %s; the reconciler will", delivery_id)
+
+    def _queue_deliveries(self, ids: list[str]) -> None:
+        self.tasks.process_deliveries(ids)
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until every acknowledged delivery of this process has its job queued."""
+        return self._batcher.flush(timeout)
 
     def report_url(self, verification_id: str) -> str:
         return self.signer.report_url(self.settings.PUBLIC_URL, verification_id)

@@ -23,6 +23,13 @@ def process_delivery(delivery_id: str) -> None:
         _process_delivery(delivery_id)
 
 
+def process_deliveries(delivery_ids: list[str]) -> None:
+    """One job per delivery, from the batch the web process queued in one go."""
+    tasks = runtime.current().tasks
+    for delivery_id in delivery_ids:
+        tasks.process_delivery(delivery_id)
+
+
 def _process_delivery(delivery_id: str) -> None:
     """Claim the delivery atomically (a re-queued copy of the job then finds it taken or
     done and does nothing), run its handlers, mark it done."""
@@ -50,7 +57,17 @@ def _process_delivery(delivery_id: str) -> None:
             return
         d = s.get(Delivery, delivery_id)
         assert d is not None
-        event, payload = d.event, orjson.loads(d.payload)
+        event, payload = d.event, _json_object(d.payload)
+        if payload is None:  # signed by GitHub yet not JSON: nothing to retry
+            d.status, d.processed_at, d.claimed_until = "failed", utcnow(), None
+            d.error = "the body is not a JSON object"
+            log.error("delivery %s (%s): the body is not a JSON object", delivery_id, event)
+            return
+        # Left to this job by the webhook's acknowledgement, which does not parse.
+        action, installation = payload.get("action"), payload.get("installation")
+        d.action = action[:60] if isinstance(action, str) else None
+        if isinstance(installation, dict) and isinstance(installation.get("id"), int):
+            d.installation_id = installation["id"]
     try:
         handled = router.dispatch(event, payload)
     except Exception as exc:
@@ -67,6 +84,14 @@ def _process_delivery(delivery_id: str) -> None:
         d.status, d.processed_at, d.error = "done", utcnow(), None
         d.claimed_until = None
         d.result = {"handlers": handled}
+
+
+def _json_object(text: str) -> dict[str, Any] | None:
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def start(vid: str) -> None:
@@ -155,6 +180,7 @@ class Tasks:
     def __init__(self, huey: Huey) -> None:
         observability.instrument_huey(huey)
         self.process_delivery = huey.task(name="process_delivery", **RETRY)(process_delivery)
+        self.process_deliveries = huey.task(name="process_deliveries", **RETRY)(process_deliveries)
         self.start = huey.task(name="start", **RETRY)(start)
         self.dispatch = huey.task(name="dispatch", **RETRY)(dispatch)
         self.locate_runs = huey.task(name="locate_runs", retries=40)(locate_runs)
