@@ -4,7 +4,7 @@ GitHub's published `pull_request` `synchronize` example, serialized as GitHub de
 (compact JSON, 23.7 KB; `--indent 2` gives the pretty-printed 28.1 KB), signed once;
 every request gets its own `X-GitHub-Delivery`. wrk (`-t2 -c16 -d10s`,
 `bench/webhook_ack.lua`) drives `POST /webhooks/github` on
-`gunicorn -w 2 --threads 4 'bot.app:create_app()'` backed by a fresh PostgreSQL database
+`gunicorn -c python:bot.gunicorn_conf -w 2 --threads 4 'bot.app:create_app()'` backed by a fresh PostgreSQL database
 and a dedicated Redis DB, and, served by the same gunicorn command line, a bare Flask
 endpoint that only reads the body (`webhook_ack:bare_app()` below). Runs are interleaved
 bare, app, app, bare after a short warm-up of each, and the medians are compared. Each
@@ -262,9 +262,12 @@ class Proc:
         return self.popen.returncode
 
 
-def gunicorn(name: str, target: str, port: int, env: dict[str, str], cwd: Path) -> Proc:
+def gunicorn(
+    name: str, target: str, port: int, env: dict[str, str], cwd: Path, threads: int
+) -> Proc:
     """Both servers are started by this same command line; only the target differs."""
-    argv = [str(BIN / "gunicorn"), "-w", "2", "--threads", "4", "-b", f"127.0.0.1:{port}"]
+    argv = [str(BIN / "gunicorn"), "-c", "python:bot.gunicorn_conf"]
+    argv += ["-w", "2", "--threads", str(threads), "-b", f"127.0.0.1:{port}"]
     argv += ["--pythonpath", str(BENCH), target]
     return Proc(name, argv, env, cwd)
 
@@ -454,6 +457,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=1, help="bare, app, app, bare blocks (1)")
     ap.add_argument("--connections", type=int, default=16, help="wrk connections (16)")
     ap.add_argument("--threads", type=int, default=2, help="wrk threads (2)")
+    ap.add_argument(
+        "--server-threads", type=int, default=4,
+        help="gunicorn --threads per worker, for both servers (4, as bot.gunicorn_conf)",
+    )  # fmt: skip
     ap.add_argument("--redis-db", type=int, default=13, help="Redis DB number, flushed (13)")
     ap.add_argument(
         "--indent", type=int, default=None, help="pretty-print the body (GitHub sends compact)"
@@ -485,7 +492,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"load: wrk -t{args.threads} -c{args.connections} -d{args.duration}s, a unique "
-        f"X-GitHub-Delivery per request, against gunicorn -w 2 --threads 4; "
+        f"X-GitHub-Delivery per request, against gunicorn -c python:bot.gunicorn_conf -w 2 --threads {args.server_threads}; "
         f"{args.rounds} × (bare, app, app, bare) after {args.warmup} s of warm-up each"
     )
 
@@ -518,8 +525,12 @@ def main(argv: list[str] | None = None) -> int:
 
         ports = {"bare": free_port(), "app": free_port()}
         servers = {
-            "bare": gunicorn("bare", "webhook_ack:bare_app()", ports["bare"], env, tmp),
-            "app": gunicorn("app", "bot.app:create_app()", ports["app"], env, tmp),
+            "bare": gunicorn(
+                "bare", "webhook_ack:bare_app()", ports["bare"], env, tmp, args.server_threads
+            ),
+            "app": gunicorn(
+                "app", "bot.app:create_app()", ports["app"], env, tmp, args.server_threads
+            ),
         }
         try:
             for name, proc in servers.items():

@@ -29,7 +29,7 @@ class Batcher:
         self,
         submit: Callable[[list[str]], None],
         *,
-        linger_s: float = 0.002,
+        linger_s: float = 0.01,
         max_batch: int = 500,
     ) -> None:
         self.submit = submit

@@ -24,12 +24,8 @@ from sqlalchemy.orm import Session, sessionmaker
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 _INSERT_DELIVERY = (
     "INSERT INTO deliveries (id, source, event, payload, status, attempts, received_at) "
-    "VALUES (%s, %s, %s, %s, 'queued', 0, %s) ON CONFLICT (id) DO NOTHING"
+    "VALUES (%s, %s, %s, %s, 'queued', 0, now()) ON CONFLICT (id) DO NOTHING"
 )
-
-
-def utcnow_() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
 
 
 def _disconnected(conn: Any, exc: Exception) -> bool:
@@ -111,15 +107,14 @@ class Database:
         CONFLICT DO NOTHING` in autocommit on a connection owned by the calling thread (one
         round trip, no ORM unit of work); the worker fills in `action` and
         `installation_id` when it parses the payload."""
-        received = utcnow_()
         if self.engine.dialect.name == "postgresql":
-            return self._store_pg(delivery_id, source, event, payload, received)
+            return self._store_pg(delivery_id, source, event, payload)
         from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
         from bot.models import Delivery
 
         stmt = (
-            sqlite_insert(Delivery.__table__)
+            sqlite_insert(Delivery)
             .values(
                 id=delivery_id,
                 source=source,
@@ -127,40 +122,41 @@ class Database:
                 payload=payload,
                 status="queued",
                 attempts=0,
-                received_at=received,
+                received_at=dt.datetime.now(dt.UTC),
             )
             .on_conflict_do_nothing(index_elements=["id"])
         )
         with self.engine.begin() as conn:
             return bool(conn.execute(stmt).rowcount)
 
-    def _store_pg(
-        self, delivery_id: str, source: str, event: str, payload: str, received: dt.datetime
-    ) -> bool:
-        params = (delivery_id, source, event, payload, received)
-        conn = self._writer()
+    def _store_pg(self, delivery_id: str, source: str, event: str, payload: str) -> bool:
+        params = (delivery_id, source, event, payload)
+        cur = self._writer()
         try:
-            return bool(conn.execute(_INSERT_DELIVERY, params).rowcount)
+            cur.execute(_INSERT_DELIVERY, params)
         except Exception as exc:
-            if not _disconnected(conn, exc):
+            if not _disconnected(cur.connection, exc):
                 raise
-        # The server closed the connection (restart, idle timeout): one fresh try.
-        self._local.conn = None
-        return bool(self._writer().execute(_INSERT_DELIVERY, params).rowcount)
+            # The server closed the connection (restart, idle timeout): one fresh try.
+            self._local.cursor = None
+            cur = self._writer()
+            cur.execute(_INSERT_DELIVERY, params)
+        return bool(cur.rowcount)
 
     def _writer(self) -> Any:
-        """This thread's autocommit connection for `store_delivery`, taken out of the pool
-        (same connect arguments) and kept; a forked child makes its own."""
-        conn = getattr(self._local, "conn", None)
-        if conn is None or conn.closed or self._local.pid != os.getpid():
+        """A cursor on this thread's autocommit connection for `store_delivery`, taken out
+        of the pool (same connect arguments) and kept; a forked child makes its own."""
+        cur = getattr(self._local, "cursor", None)
+        if cur is None or cur.connection.closed or self._local.pid != os.getpid():
             fairy = self.engine.raw_connection()
-            conn = fairy.driver_connection
+            conn: Any = fairy.driver_connection
             fairy.detach()
             conn.autocommit = True
-            self._local.conn, self._local.pid = conn, os.getpid()
+            cur = conn.cursor()
+            self._local.cursor, self._local.pid = cur, os.getpid()
             with self._lock:
                 self._writers.append(conn)
-        return conn
+        return cur
 
     def dispose(self) -> None:
         with self._lock:

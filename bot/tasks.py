@@ -65,7 +65,7 @@ def _process_delivery(delivery_id: str) -> None:
             return
         # Left to this job by the webhook's acknowledgement, which does not parse.
         action, installation = payload.get("action"), payload.get("installation")
-        d.action = action[:60] if isinstance(action, str) else None
+        action = d.action = action[:60] if isinstance(action, str) else None
         if isinstance(installation, dict) and isinstance(installation.get("id"), int):
             d.installation_id = installation["id"]
     try:
@@ -84,6 +84,7 @@ def _process_delivery(delivery_id: str) -> None:
         d.status, d.processed_at, d.error = "done", utcnow(), None
         d.claimed_until = None
         d.result = {"handlers": handled}
+    log.info("delivery %s (%s.%s) done: %s", delivery_id, event, action, handled or "no handler")
 
 
 def _json_object(text: str) -> dict[str, Any] | None:
