@@ -4,8 +4,9 @@ GitHub's published `pull_request` `synchronize` example, serialized as GitHub de
 (compact JSON, 23.7 KB; `--indent 2` gives the pretty-printed 28.1 KB), signed once;
 every request gets its own `X-GitHub-Delivery`. wrk (`-t2 -c16 -d10s`,
 `bench/webhook_ack.lua`) drives `POST /webhooks/github` on
-`gunicorn -c python:bot.gunicorn_conf -w 2 --threads 4 'bot.app:create_app()'` backed by a fresh PostgreSQL database
-and a dedicated Redis DB, and, served by the same gunicorn command line, a bare Flask
+`gunicorn -c python:bot.gunicorn_conf -w 2 --threads 4 'bot.app:create_app()'` (the
+Procfile's server and settings) backed by a fresh PostgreSQL database and a dedicated
+Redis DB, and, served by the same gunicorn command line, a bare Flask
 endpoint that only reads the body (`webhook_ack:bare_app()` below). Runs are interleaved
 bare, app, app, bare after a short warm-up of each, and the medians are compared. Each
 run also says where the machine's CPU went (server, PostgreSQL, Redis, wrk, anything
@@ -492,7 +493,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"load: wrk -t{args.threads} -c{args.connections} -d{args.duration}s, a unique "
-        f"X-GitHub-Delivery per request, against gunicorn -c python:bot.gunicorn_conf -w 2 --threads {args.server_threads}; "
+        f"X-GitHub-Delivery per request, against gunicorn -c python:bot.gunicorn_conf -w 2 "
+        f"--threads {args.server_threads}; "
         f"{args.rounds} × (bare, app, app, bare) after {args.warmup} s of warm-up each"
     )
 
