@@ -384,20 +384,35 @@ def drain(db_url: str, worker: Proc, timeout: float) -> float:
         time.sleep(0.5)
 
 
-def executions(worker_log: Path) -> tuple[int | None, int]:
-    """Jobs the worker logged as executed: (process_delivery, reconcile); None when the
-    worker does not log executions (huey logs them at INFO)."""
-    deliveries = reconciles = 0
+@dataclass(frozen=True)
+class Executions:
+    """What the worker's log says it did (huey logs each job at INFO; `bot.tasks` logs
+    `delivery <id> (…) done: …` once a delivery's handlers ran)."""
+
+    jobs: int  # process_delivery jobs executed, no-ops included
+    processed: int  # deliveries whose handlers ran
+    most: int  # the most times one delivery's handlers ran (1 = each once)
+    reconciles: int
+
+
+def executions(worker_log: Path) -> Executions | None:
+    """None when the worker does not log executions (LOG_LEVEL above INFO)."""
+    jobs = reconciles = 0
+    done: dict[str, int] = {}
     logged = False
     for line in worker_log.read_text(errors="replace").splitlines():
-        if "Executing " not in line:
-            continue
-        logged = True
-        if ".process_delivery: " in line:
-            deliveries += 1
-        elif ".reconcile: " in line:
-            reconciles += 1
-    return (deliveries if logged else None), reconciles
+        if "Executing " in line:
+            logged = True
+            if ".process_delivery: " in line:
+                jobs += 1
+            elif ".reconcile: " in line:
+                reconciles += 1
+        elif " bot.tasks" in line and ") done: " in line:
+            delivery = line.split(": delivery ", 1)[-1].split(" ", 1)[0]
+            done[delivery] = done.get(delivery, 0) + 1
+    if not logged:
+        return None
+    return Executions(jobs, len(done), max(done.values(), default=0), reconciles)
 
 
 def med(values: list[float]) -> float:
@@ -580,7 +595,7 @@ def main(argv: list[str] | None = None) -> int:
             leftover = huey.pending_count()
         finally:
             stopped["worker"] = worker.stop(signal.SIGINT)  # huey: graceful shutdown
-        executed, reconciled = executions(worker.log_path)
+        executed = executions(worker.log_path)
         if args.logs:
             args.logs.mkdir(parents=True, exist_ok=True)
             for log in tmp.glob("*.log"):
@@ -640,10 +655,11 @@ def main(argv: list[str] | None = None) -> int:
         print("  the worker did not log its executions (LOG_LEVEL above INFO?)")
     else:
         print(
-            f"  worker log: process_delivery executed {executed:,} times for {stored:,} "
-            f"deliveries ({executed - stored:+,}: extra jobs for a delivery, e.g. re-queued by "
-            f"the reconciler while the first was still queued or running); reconcile ran "
-            f"{reconciled} times"
+            f"  worker log: {executed.processed:,} deliveries processed, each at most "
+            f"{executed.most} time(s); {executed.jobs:,} process_delivery jobs "
+            f"({executed.jobs - executed.processed:+,}: re-queued by the reconciler while the "
+            f"first was still waiting, found the delivery done and did nothing); reconcile ran "
+            f"{executed.reconciles} times"
         )
     print(
         "  stopped: "
@@ -659,7 +675,7 @@ def main(argv: list[str] | None = None) -> int:
             stored == total == queued == done == once == intact
             and errors == 0
             and not leftover
-            and executed in (None, stored)
+            and (executed is None or (executed.processed == stored and executed.most == 1))
         ),
     }
     ok = all(checks.values())

@@ -1,0 +1,213 @@
+"""The webhook's acknowledgement path: what it refuses, what it leaves to the job, the
+per-thread PostgreSQL writer, and the batches of jobs it queues off the request thread."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+
+import psycopg
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from bot import runtime, tasks
+from bot.app import create_app
+from bot.batcher import Batcher
+from bot.db import Database, upgrade
+from bot.models import Delivery
+from bot.webhooks import NOT_JSON
+from tests import appkit
+from tests.services import postgres_database, redis_db
+from tests.standin import GitHubStandIn, example
+from tests.test_app_flow import deliver
+
+
+def post_raw(client: FlaskClient, body: bytes, delivery: str, event: str = "installation") -> int:
+    resp = client.post(
+        "/webhooks/github", data=body, headers=appkit.webhook_headers(body, event, delivery)
+    )
+    return resp.status_code
+
+
+# --- what the acknowledgement refuses and what it leaves to the job -----------------------
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"payload=%7B%22action%22%3A%22created%22%7D", b"[1, 2]", b"\xff{}", b"{\xff}", b""],
+    ids=["form-encoded", "array", "not-utf8-start", "not-utf8", "empty"],
+)
+def test_a_body_that_cannot_be_a_json_object_is_refused(
+    app: Flask, client: FlaskClient, body: bytes
+) -> None:
+    resp = client.post(
+        "/webhooks/github", data=body, headers=appkit.webhook_headers(body, "push", "bad-1")
+    )
+    assert resp.status_code == 400
+    assert resp.get_json() == {"error": NOT_JSON}
+    with app.extensions["rsi"].db.session() as s:
+        assert s.query(Delivery).count() == 0
+
+
+def test_a_signed_body_that_is_not_json_is_kept_and_failed_by_the_job(
+    app: Flask, client: FlaskClient, github: GitHubStandIn
+) -> None:
+    assert post_raw(client, b'{"action": "created", truncated', "broken-1") == 202
+    with app.extensions["rsi"].db.session() as s:
+        d = s.get(Delivery, "broken-1")
+        assert d is not None
+        assert (d.status, d.attempts) == ("failed", 1)
+        assert d.error == "the body is not a JSON object"
+        assert d.payload == '{"action": "created", truncated'  # kept as received
+    assert github.count() == 0  # no handler ran, nothing was asked of GitHub
+    github.assert_clean()
+
+
+def test_the_job_records_action_and_installation(app: Flask, client: FlaskClient) -> None:
+    payload = example("installation", "created")
+    assert deliver(client, "installation", payload, "inst-1") == 202
+    with app.extensions["rsi"].db.session() as s:
+        d = s.get(Delivery, "inst-1")
+        assert d is not None
+        assert d.status == "done"
+        assert d.action == "created"
+        assert d.installation_id == payload["installation"]["id"]
+
+
+# --- the PostgreSQL writer -------------------------------------------------------------------
+
+
+def test_postgres_store_is_idempotent_and_survives_a_dropped_connection() -> None:
+    with postgres_database() as url:
+        upgrade(url)
+        db = Database(url)
+        try:
+            assert db.store_delivery("d-1", "github", "push", '{"a": 1}') is True
+            assert db.store_delivery("d-1", "github", "push", '{"a": 2}') is False
+            pid = db._writer().connection.info.backend_pid
+            with psycopg.connect(url, autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            assert db.store_delivery("d-2", "github", "push", '{"a": 3}') is True
+            assert db._writer().connection.info.backend_pid != pid
+            with db.session() as s:
+                rows = {d.id: (d.payload, d.status, d.attempts) for d in s.query(Delivery)}
+            assert rows == {"d-1": ('{"a": 1}', "queued", 0), "d-2": ('{"a": 3}', "queued", 0)}
+        finally:
+            db.dispose()
+
+
+def test_postgres_writer_connection_per_thread() -> None:
+    with postgres_database() as url:
+        upgrade(url)
+        db = Database(url)
+        try:
+            pids: list[int] = []
+
+            def store(i: int) -> None:
+                assert db.store_delivery(f"t-{i}", "github", "push", "{}")
+                pids.append(db._writer().connection.info.backend_pid)
+
+            threads = [threading.Thread(target=store, args=(i,)) for i in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert len(set(pids)) == 4
+            writers = list(db._writers)
+            assert len(writers) == 4
+        finally:
+            db.dispose()
+        assert all(conn.closed for conn in writers)
+
+
+def test_the_postgres_payload_column_is_lz4_compressed() -> None:
+    with postgres_database() as url:
+        upgrade(url)
+        with psycopg.connect(url) as conn:
+            (method,) = conn.execute(
+                "SELECT attcompression FROM pg_attribute "
+                "WHERE attrelid = 'deliveries'::regclass AND attname = 'payload'"
+            ).fetchone() or ("?",)
+        assert method == "l"  # lz4 ('p' would be pglz, '' the server default)
+
+
+# --- jobs queued in batches off the request thread --------------------------------------------
+
+
+def test_batcher_hands_every_item_over_in_batches() -> None:
+    batches: list[list[str]] = []
+    release = threading.Event()
+
+    def submit(batch: list[str]) -> None:
+        release.wait(5)
+        batches.append(batch)
+
+    b = Batcher(submit, linger_s=0.001)
+    for i in range(300):
+        b.put(str(i))
+    release.set()
+    assert b.flush(5)
+    assert sorted(int(x) for batch in batches for x in batch) == list(range(300))
+    assert len(batches) < 300  # items arriving while a batch is submitted go together
+    assert all(len(batch) <= b.max_batch for batch in batches)
+
+
+def test_batcher_survives_a_failing_submit(caplog: pytest.LogCaptureFixture) -> None:
+    seen: list[list[str]] = []
+
+    def submit(batch: list[str]) -> None:
+        seen.append(batch)
+        if len(seen) == 1:
+            raise ConnectionError("redis is down")
+
+    b = Batcher(submit, linger_s=0.0)
+    with caplog.at_level(logging.ERROR, logger="bot.batcher"):
+        b.put("lost")
+        assert b.flush(5)
+        b.put("next")
+        assert b.flush(5)
+    assert seen == [["lost"], ["next"]]
+    assert "could not queue 1 deliveries (lost…); the reconciler will" in caplog.text
+
+
+def test_batcher_starts_its_thread_again_in_a_forked_child() -> None:
+    got: list[str] = []
+    b = Batcher(got.extend, linger_s=0.0)
+    b.put("parent")
+    assert b.flush(5)
+    first = b._thread
+    b._pid = -1  # what a forked child sees: the object, not the thread
+    b.put("child")
+    assert b.flush(5)
+    assert b._thread is not first
+    assert got == ["parent", "child"]
+
+
+def test_deliveries_reach_redis_in_batch_jobs_and_fan_out(
+    tmp_path: Path, github: GitHubStandIn
+) -> None:
+    with postgres_database() as db_url, redis_db() as redis_url:
+        settings = appkit.settings(tmp_path, github.url, DATABASE_URL=db_url, REDIS_URL=redis_url)
+        upgrade(db_url)
+        rt = runtime.build(settings)  # a real Redis queue, no consumer yet
+        try:
+            client = create_app(rt=rt).test_client()
+            ids = [f"batch-{i}" for i in range(40)]
+            for delivery in ids:
+                assert deliver(client, "installation", example("installation", "created"), delivery)
+            assert rt.flush(5)
+            jobs = [rt.huey.serializer.deserialize(x) for x in rt.huey.storage.enqueued_items()]
+            assert {j.name for j in jobs} == {"bot.tasks.process_deliveries"}
+            assert sorted(x for j in jobs for x in j.args[0]) == sorted(ids)
+            assert len(jobs) < len(ids)
+            rt.huey.storage.flush_queue()
+            for j in jobs:  # what the worker does with each batch job
+                tasks.process_deliveries(j.args[0])
+            queued = [rt.huey.serializer.deserialize(x) for x in rt.huey.storage.enqueued_items()]
+            assert sorted(x.args[0] for x in queued) == sorted(ids)
+            assert {x.name for x in queued} == {"bot.tasks.process_delivery"}
+        finally:
+            rt.db.dispose()
+            rt.huey.storage.conn.close()
