@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from evidence.asr import SEEDTTS, TRANSCRIBE_DIARIZE
 from evidence.load import LoadedRun, Source
 from evidence.model import Finding, HistoryEntry, Severity
 from evidence.policy import Policy
@@ -452,6 +453,27 @@ _OMNI_SUMMARY = (
     ("audio_ttfp_median_s", "audio_ttfp_median_s", 5e-5),
     ("audio_ttfp_p95_s", "audio_ttfp_p95_s", 5e-5),
     ("inter_chunk_p95_s", "inter_chunk_p95_s", 5e-5),
+    ("text_ttft_median_s", "text_ttft_median_s", 5e-5),
+    ("text_ttft_p95_s", "text_ttft_p95_s", 5e-5),
+)
+# benchmark_asr_seedtts' repeat summary: its own figures are unrounded (float noise
+# only) ...
+_SEEDTTS_EXACT = (
+    ("throughput_samples_per_s", "throughput_qps"),
+    ("latency_mean_s", "latency_mean_s"),
+    ("latency_median_s", "latency_median_s"),
+    ("latency_p95_s", "latency_p95_s"),
+    ("latency_p99_s", "latency_p99_s"),
+    ("rtf_mean", "rtf_mean"),
+    ("corpus_wer", "wer_corpus"),
+)
+# ... those taken from `compute_speed_metrics` are rounded (and counted over transcribed
+# requests, so they are compared only when every request was also scored).
+_SEEDTTS_ROUNDED = (
+    ("rtfx", "audio_throughput_s_per_s", 5e-4),
+    ("text_ttft_median_s", "text_ttft_median_s", 5e-5),
+    ("text_ttft_p95_s", "text_ttft_p95_s", 5e-5),
+    ("inter_chunk_p95_s", "inter_chunk_p95_s", 5e-5),
 )
 _RECORD_ROUNDING = 1e-4  # per-request values are themselves rounded to 4 decimals
 
@@ -464,7 +486,9 @@ def _summary(src: Source, lr: LoadedRun) -> list[Finding]:
         return []
     bad: dict[str, Number] = {}
     n_ok, n = int(rec.success.sum()), rec.n
-    if rec.fmt == "sglang-omni":
+    if rec.fmt == SEEDTTS:
+        bad = _seedtts_summary(lr, s, n_ok, n)
+    elif rec.fmt in ("sglang-omni", TRANSCRIBE_DIARIZE):
         counts = {"total_requests": n, "completed_requests": n_ok, "failed_requests": n - n_ok}
         for k, v in counts.items():
             if k in s and s[k] != v:
@@ -532,6 +556,29 @@ def _summary(src: Source, lr: LoadedRun) -> list[Finding]:
     return out
 
 
+def _seedtts_summary(lr: LoadedRun, s: dict[str, object], n_ok: int, n: int) -> dict[str, Number]:
+    bad: dict[str, Number] = {}
+    for k, v in (("total", n), ("evaluated", n_ok), ("skipped", n - n_ok)):
+        theirs = s.get(k)
+        if isinstance(theirs, int) and theirs != v:
+            bad[k] = f"{theirs} vs {v}"
+    checks = [(key, metric, 1e-9) for key, metric in _SEEDTTS_EXACT]
+    if n_ok == n:
+        checks += list(_SEEDTTS_ROUNDED)
+    for key, metric, half in checks:
+        mine, theirs = lr.metrics.get(metric), s.get(key)
+        if metric == "throughput_qps" and not lr.run.wall_clock_s:
+            continue
+        if (
+            isinstance(theirs, int | float)
+            and not isinstance(theirs, bool)
+            and mine is not None
+            and abs(theirs - mine) > half + 1e-6 * max(1.0, abs(mine))
+        ):
+            bad[key] = f"{theirs} vs {mine:.6g}"
+    return bad
+
+
 def _wer_summary(src: Source, lr: LoadedRun) -> list[Finding]:
     w = lr.wer
     assert w is not None
@@ -543,17 +590,25 @@ def _wer_summary(src: Source, lr: LoadedRun) -> list[Finding]:
         if isinstance(s.get(k), int) and s[k] != v:
             bad[k] = f"{s[k]} vs {v}"
     mean = float(np.nanmean(w.wer[w.success])) if ok else None
-    for k in ("wer_mean", "wer_per_sample_mean"):
+    corpus = w.corpus()
+    for k, mine in (
+        ("wer_mean", mean),
+        ("wer_per_sample_mean", mean),
+        ("wer_corpus", corpus),
+        ("corpus_wer", corpus),
+    ):
         theirs = s.get(k)
-        if isinstance(theirs, int | float) and mean is not None and abs(theirs - mean) > 1e-3:
-            bad[k] = f"{theirs} vs {mean:.4f}"
+        if w.measure != "wer" or mine is None or not isinstance(theirs, int | float):
+            continue
+        if abs(theirs - mine) > 1e-3:
+            bad[k] = f"{theirs} vs {mine:.4f}"
     if not bad:
         return []
     return [
         _f(
             "summary-mismatch",
             "error",
-            f"Run {lr.run.id}'s WER summary disagrees with its "
+            f"Run {lr.run.id}'s {w.measure.upper()} summary disagrees with its "
             "per-sample rows: "
             + ", ".join(f"{k} {v}" for k, v in bad.items())
             + " (summary vs recomputed).",
@@ -779,9 +834,11 @@ def _accuracy(src: Source, policy: Policy) -> list[Finding]:
             "base": defaultdict(list),
             "head": defaultdict(list),
         }
+        measure = "WER"
         for lr in runs:
             if lr.wer is None or lr.run.status != "ok":
                 continue
+            measure = lr.wer.measure.upper()
             for i, w, ok in zip(lr.wer.ids, lr.wer.wer, lr.wer.success, strict=True):
                 if ok and w == w:
                     per[lr.run.side][i].append(float(w))
@@ -800,7 +857,7 @@ def _accuracy(src: Source, policy: Policy) -> list[Finding]:
                 _f(
                     "accuracy-regression",
                     "error",
-                    f"WER rose from {100 * bm:.2f}% to "
+                    f"{measure} rose from {100 * bm:.2f}% to "
                     f"{100 * hm:.2f}% at {_cfg(mode, conc)} ({100 * (hm - bm):+.2f} pp; "
                     f"guard {100 * policy.wer_increase_max:.2f} pp"
                     + (f", paired p = {p:.2g}" if p is not None else "")

@@ -1,21 +1,24 @@
 """Turn each input (a bundle, or a per-run-only study) into one `Source`.
 
 Reading never stops at the first bad file: a run whose file is missing or malformed
-becomes a `bundle-invalid` finding and the rest is kept. Only input that cannot be read
-at all (not an archive, no manifest, a manifest that is not `rsi-bundle/1`) raises
-`InputError`, which names the file.
+becomes a `bundle-invalid` finding (the `InputError` of `read_run_file`, naming the file
+and the field) and the rest is kept. Only input that cannot be read at all (not an
+archive, no manifest, a manifest that is not `rsi-bundle/1`) stops the load with
+`InputError`.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import orjson
 from pydantic import ValidationError
 
+from evidence.asr import ASR_FORMATS, RunSummary, parse_accuracy, parse_records, parse_summary
 from evidence.bundle import MANIFEST, Bundle
 from evidence.errors import InputError
 from evidence.model import Commit, Finding, Manifest, Run
@@ -25,9 +28,10 @@ from evidence.records import (
     WerRecords,
     parse_server,
     parse_speed,
-    parse_wer,
 )
 from evidence.rounds import run_metrics
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -107,11 +111,29 @@ def _load_bundle(bundle: Bundle, where: str) -> Source:
             continue
         seen.add(run.id)
         src.runs.append(_load_run(bundle, where, gpu, run, order, src.findings))
+    src.findings += _unreported(src)
     return src
 
 
 def _invalid(gpu: str, run_id: str, message: str) -> Finding:
     return Finding(code="bundle-invalid", severity="error", message=message, gpu=gpu, runs=[run_id])
+
+
+def read_run_file(
+    bundle: Bundle, where: str, rel: str, kind: str, parse: Callable[[bytes], T]
+) -> T:
+    """One of a run's files, parsed. FileNotFoundError when it is absent; InputError,
+    naming the file (and the field at fault), when it cannot be read or parsed."""
+    try:
+        data = bundle.read(rel)
+    except FileNotFoundError:
+        raise
+    except (ValueError, OSError) as exc:
+        raise InputError(f"{where}/{rel}", str(exc)) from exc
+    try:
+        return parse(data)
+    except RecordError as exc:
+        raise InputError(f"{where}/{rel}", f"not a readable {kind} file: {exc}") from exc
 
 
 def _load_run(
@@ -120,14 +142,23 @@ def _load_run(
     lr = LoadedRun(run=run, order=order)
     if run.status != "ok":
         return lr
-    wanted = {"speed": run.files.speed, "wer": run.files.wer, "server": run.files.server}
-    if wanted["speed"] is None:
+    f = run.files
+    if f.speed is None:
         findings.append(_invalid(gpu, run.id, f"run {run.id} is `ok` but names no speed file"))
+    # With its rows in `records`, the speed file is only the benchmark's summary.
+    parsers: dict[str, Callable[[bytes], Any]] = {
+        "speed": parse_summary if f.records else parse_speed,
+        "records": parse_records,
+        "wer": parse_accuracy,
+        "server": parse_server,
+    }
+    wanted = {"speed": f.speed, "records": f.records, "wer": f.wer, "server": f.server}
+    got: dict[str, Any] = {}
     for kind, rel in wanted.items():
         if rel is None:
             continue
         try:
-            data = bundle.read(rel)
+            got[kind] = read_run_file(bundle, where, rel, kind, parsers[kind])
         except FileNotFoundError:
             findings.append(
                 _invalid(
@@ -136,23 +167,45 @@ def _load_run(
                     f"run {run.id} is `ok` but its {kind} file {rel} is missing from {where}",
                 )
             )
-            continue
-        except (ValueError, OSError) as exc:
-            findings.append(_invalid(gpu, run.id, f"{where}/{rel}: {exc}"))
-            continue
-        try:
-            if kind == "speed":
-                lr.records = parse_speed(data)
-            elif kind == "wer":
-                lr.wer = parse_wer(data)
-            else:
-                lr.server = parse_server(data)
-        except RecordError as exc:
-            findings.append(
-                _invalid(gpu, run.id, f"{where}/{rel} is not a readable {kind} file: {exc}")
-            )
+        except InputError as exc:
+            findings.append(_invalid(gpu, run.id, str(exc)))
+    derived_wer: WerRecords | None = None
+    if f.records:
+        if "records" in got:
+            lr.records, derived_wer = got["records"]
+            summary: RunSummary | None = got.get("speed")
+            if summary is not None and lr.records is not None:
+                lr.records.summary, lr.records.duration_s = summary.pick(run.concurrency)
+    else:
+        lr.records = got.get("speed")
+    lr.wer = got.get("wer") or derived_wer
+    lr.server = got.get("server")
     lr.metrics = run_metrics(lr.records, run.wall_clock_s, lr.server, lr.wer)
     return lr
+
+
+def _unreported(src: Source) -> list[Finding]:
+    """Say which figures the ASR records do not carry: missing, not zero."""
+    out = []
+    for fmt in ASR_FORMATS:
+        runs = [lr for lr in src.runs if lr.records is not None and lr.records.fmt == fmt]
+        recs = [lr.records for lr in runs if lr.records is not None]
+        if not recs:
+            continue
+        never = [name for name in recs[0].unreported() if all(name in r.unreported() for r in recs)]
+        words = ", ".join(never) if never else "nothing"
+        out.append(
+            Finding(
+                code="fields-not-reported",
+                severity="info",
+                gpu=src.gpu,
+                runs=[lr.run.id for lr in runs][:10],
+                message=f"{len(recs)} run(s) read from {fmt} records report no {words}: "
+                "those figures are missing, not zero. An ASR request generates no audio, "
+                "so its first-output time is text_ttft_s (streaming only).",
+            )
+        )
+    return out
 
 
 # ------------------------------------------------------------ per-run-only studies

@@ -3,6 +3,9 @@
 `scale` says how a difference is judged: `log` compares head/base as a ratio (positive
 figures such as throughput or latency); `diff` compares head − base (rates that can be
 zero, such as WER or the failure rate), still reported relative to base where possible.
+WER is the mean of per-sample rates (`wer_mean`) and, where edit counts are known, the
+corpus rate Σ edits / Σ reference words (`wer_corpus`); MOSS-TD scores characters
+(`cer_mean`). Text TTFT is the first transcript or text token, never audio.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("inter_chunk_p95_s", "inter-chunk p95", "s", "lower", streaming_only=True, tail=95),
     Metric("rtf_mean", "RTF mean", "", "lower"),
     Metric("wer_mean", "WER", "", "lower", scale="diff"),
+    Metric("wer_corpus", "WER (corpus)", "", "lower", scale="diff"),
+    Metric("cer_mean", "CER", "", "lower", scale="diff"),
     Metric("failure_rate", "failure rate", "", "lower", scale="diff"),
     Metric("startup_s", "server start-up", "s", "lower"),
     Metric("peak_vram_mib", "peak VRAM", "MiB", "lower"),
@@ -56,7 +61,12 @@ ALIASES: dict[str, str] = {
     "request_throughput": "throughput_qps",
     "rtf": "rtf_mean",
     "wer": "wer_mean",
+    "corpus_wer": "wer_corpus",
+    "cer": "cer_mean",
 }
+
+# Error rates of the accuracy files: their increase is judged against the WER guard.
+ACCURACY: frozenset[str] = frozenset({"wer_mean", "wer_corpus", "cer_mean"})
 
 
 def canonical(name: str) -> str:

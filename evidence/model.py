@@ -32,9 +32,14 @@ class _Open(BaseModel):
 
 
 class RunFiles(_Open):
+    """`speed` is the benchmark's output; `records` its per-request rows when they are
+    in another file (the ASR benchmarks); `kept` more of its files, for the record."""
+
     speed: str | None = None
+    records: str | None = None
     wer: str | None = None
     server: str | None = None
+    kept: list[str] = Field(default_factory=list)
 
 
 class Run(_Open):

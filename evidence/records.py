@@ -35,7 +35,12 @@ COLUMNS: tuple[str, ...] = (*FIELDS, "inter_chunk_max_s", "inter_chunk_min_s")
 
 
 class RecordError(ValueError):
-    """A file that parsed but does not hold records of a known shape."""
+    """A file that parsed but does not hold records of a known shape; `field` names the
+    field at fault when one is."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 @dataclass
@@ -53,6 +58,10 @@ class RunRecords:
     def n(self) -> int:
         return len(self.ids)
 
+    def unreported(self) -> list[str]:
+        """The FIELDS no request of this run reports: missing from the data, not zero."""
+        return [f for f in FIELDS if not np.isfinite(self.cols[f]).any()]
+
 
 _NUMERIC_TYPES = frozenset({int, float, type(None)})
 
@@ -66,7 +75,7 @@ def _floats(values: list[Any], name: str) -> FloatArray:
     would otherwise coerce ("1.5" -> 1.5, true -> 1.0) or turn into a second axis."""
     if not set(map(type, values)) <= _NUMERIC_TYPES:  # JSON decoders give exact types
         bad = next(v for v in values if type(v) not in _NUMERIC_TYPES)
-        raise RecordError(f"field {name!r} holds a non-number ({bad!r})")
+        raise RecordError(f"field {name!r} holds a non-number ({bad!r})", name)
     return np.array(values, dtype=np.float64)  # None -> NaN
 
 
@@ -87,7 +96,7 @@ def _ragged(lists: list[Any], name: str) -> tuple[FloatArray, npt.NDArray[np.int
     """Per-request lists of numbers (`itls`, `inter_chunk_s`) as one flat array plus each
     request's length, so that per-request sums and extremes need no Python loop."""
     if any(not isinstance(x, list) for x in lists):
-        raise RecordError(f"field {name!r} must be a list in every request")
+        raise RecordError(f"field {name!r} must be a list in every request", name)
     lengths = np.fromiter((len(x) for x in lists), dtype=np.intp, count=len(lists))
     return _floats([g for x in lists for g in x], name), lengths
 
@@ -226,12 +235,33 @@ def _serving_arrays(doc: dict[str, Any]) -> RunRecords:
 
 @dataclass
 class WerRecords:
+    """Per-sample accuracy. `wer` holds each sample's error rate: word error rate, or
+    character error rate when `measure` is "cer" (MOSS-TD); `ref_words` and
+    `errors_count` are NaN where the file does not let them be known."""
+
     ids: list[str]
     success: BoolArray
     wer: FloatArray
     ref_words: FloatArray
     errors_count: FloatArray
     summary: dict[str, Any] | None
+    measure: str = "wer"
+
+    def corpus(self) -> float | None:
+        """Σ edits / Σ reference words over the scored samples, as SGLang-Omni's
+        `wer_corpus`. None (missing) unless every scored sample has both counts and
+        they agree with its own `wer` (to its 4-decimal rounding): counts that contradict
+        the rates cannot both be the file's truth."""
+        ok = self.success & np.isfinite(self.wer)
+        words, errs = self.ref_words[ok], self.errors_count[ok]
+        if not ok.any() or not (np.isfinite(words).all() and np.isfinite(errs).all()):
+            return None
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rates = np.where(words > 0, errs / words, np.nan)
+        if not np.all(np.abs(rates - self.wer[ok]) <= 5e-5 + 1e-9):
+            return None
+        total = float(words.sum())
+        return float(errs.sum()) / total if total > 0 else None
 
 
 def parse_wer(data: bytes) -> WerRecords:

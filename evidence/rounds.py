@@ -65,7 +65,11 @@ def run_metrics(
         out["rtf_mean"] = _mean(rtf[(rtf > 0) & np.isfinite(rtf)])
     if wer is not None:
         w = wer.wer[wer.success]
-        out["wer_mean"] = _mean(w)
+        if wer.measure == "cer":
+            out["cer_mean"] = _mean(w)
+        else:
+            out["wer_mean"] = _mean(w)
+            out["wer_corpus"] = wer.corpus()
     out["startup_s"] = _num(server, "startup_s")
     out["peak_vram_mib"] = _num(server, "peak_vram_mib")
     return out

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from evidence.load import LoadedRun, Source
-from evidence.metrics import BY_NAME, METRICS, Metric, canonical
+from evidence.metrics import ACCURACY, BY_NAME, METRICS, Metric, canonical
 from evidence.model import ClaimSpec, Mode, StudyRow, Verdict
 from evidence.policy import Policy
 from evidence.stats import Comparison, compare, holm
@@ -64,7 +64,7 @@ def _verdict(metric: Metric, c: Comparison, p: float | None, policy: Policy) -> 
     if c.delta is None or p is None or p >= policy.alpha:
         return "no-change"
     if metric.scale == "diff":
-        limit = policy.wer_increase_max if metric.name == "wer_mean" else policy.failure_rate_max
+        limit = policy.wer_increase_max if metric.name in ACCURACY else policy.failure_rate_max
         big = c.delta_abs is not None and abs(c.delta_abs) > limit
     else:
         big = abs(c.delta) * 100 >= policy.threshold_pct
