@@ -75,6 +75,10 @@ class Benchmark:
     timeout_s: float = 1800.0
     output: str = "{out}/speed_results.json"
     dataset: str | None = None
+    # For benchmarks that do not write SGLang-Omni's speed_results.json (the ASR ones):
+    records: str | None = None  # the per-request rows, when `output` has none
+    accuracy_output: str | None = None  # per-sample accuracy the benchmark wrote itself
+    keep: tuple[str, ...] = ()  # more of its files to keep (globs under {out})
 
 
 @dataclass(frozen=True)
@@ -129,6 +133,12 @@ class Task:
                 "startup_timeout_s": self.server.startup_timeout_s,
             },
             "commands": dict(self.benchmark.modes),
+            "outputs": {
+                "output": self.benchmark.output,
+                "records": self.benchmark.records,
+                "accuracy_output": self.benchmark.accuracy_output,
+                "keep": list(self.benchmark.keep),
+            },
             "accuracy": None
             if self.accuracy is None
             else {
@@ -317,6 +327,9 @@ def parse(doc: Mapping[str, Any], where: str = "task") -> Task:
             "warmup_requests",
             "timeout_s",
             "output",
+            "records",
+            "accuracy_output",
+            "keep",
             "dataset",
             "modes",
         }
@@ -343,6 +356,16 @@ def parse(doc: Mapping[str, Any], where: str = "task") -> Task:
         raise TaskError(f"{where}: [benchmark.modes] needs a streaming or non-streaming table")
     output = b.str_("output", "{out}/speed_results.json")
     _check_template(b, "output", output, RUN_PLACEHOLDERS)
+    extra: dict[str, str | None] = {}
+    for k in ("records", "accuracy_output"):
+        extra[k] = b.opt_str(k)
+        if extra[k] is not None:
+            _check_out_path(b, k, str(extra[k]), glob=False)
+            if extra[k] == output:
+                raise b.err(k, "must name another file than `output`")
+    keep = b.strs("keep")
+    for i, pattern in enumerate(keep):
+        _check_out_path(b, f"keep[{i}]", pattern, glob=True)
     dataset = b.opt_str("dataset")
     if dataset is not None:
         _check_template(b, "dataset", dataset, DATASET_PLACEHOLDERS)
@@ -354,6 +377,9 @@ def parse(doc: Mapping[str, Any], where: str = "task") -> Task:
         timeout_s=b.num("timeout_s", 1800.0),
         output=output,
         dataset=dataset,
+        records=extra["records"],
+        accuracy_output=extra["accuracy_output"],
+        keep=keep,
     )
 
     acc: Accuracy | None = None
@@ -369,6 +395,11 @@ def parse(doc: Mapping[str, Any], where: str = "task") -> Task:
         )
         _check_command(a, "command", acc.command, RUN_PLACEHOLDERS)
         _check_template(a, "output", acc.output, RUN_PLACEHOLDERS)
+        if bench.accuracy_output is not None:
+            raise TaskError(
+                f"{where}: [accuracy] and `benchmark.accuracy_output` both give the "
+                "accuracy file; keep one"
+            )
 
     pol = Policy()
     p = top.sub("policy")
@@ -444,6 +475,22 @@ def _check_template(d: _Doc, key: str, template: str, allowed: frozenset[str]) -
             + ", ".join(f"{{{b}}}" for b in bad)
             + f" (known here: {', '.join(sorted(allowed))}; write {{{{ and }}}} for braces)",
         )
+
+
+_GLOB = frozenset("*?[")
+
+
+def _check_out_path(d: _Doc, key: str, template: str, glob: bool) -> None:
+    """A path the runner copies from the run's scratch folder into the bundle, at the
+    same path under the run's folder: so it must lie under `{out}`."""
+    _check_template(d, key, template, RUN_PLACEHOLDERS)
+    rest = template.removeprefix("{out}/")
+    if rest == template or not rest:
+        raise d.err(key, "must be a path under {out}/ (it is kept at that path in the bundle)")
+    if ".." in rest.split("/") or "{out}" in rest:
+        raise d.err(key, "must stay under {out}/ (no `..`)")
+    if not glob and _GLOB & set(rest):
+        raise d.err(key, "names one file: no glob characters (use `keep` for patterns)")
 
 
 def _check_command(d: _Doc, key: str, command: str, allowed: frozenset[str]) -> None:

@@ -34,7 +34,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from runners import __version__, fingerprint, gitwork, host, proc, schedule
+from runners import __version__, fingerprint, gitwork, host, outputs, proc, schedule
 from runners.bundle import BundleWriter
 from runners.gpu import Backend, Monitor, NoGpu, detect, wait_idle
 from runners.task import RUNNER_ROOT, Task, render, render_command
@@ -138,9 +138,10 @@ def healthy(url: str, timeout: float = 5.0) -> bool:
 
 def wall_clock(speed_file: Path, runner_wall_s: float) -> tuple[float, str]:
     """The measured part's wall clock and where it came from: the client's own when its
-    output says it (`wall_clock_s` in its summary or config, or a top-level `duration`
-    as SGLang's and vLLM's serving benchmarks write), else completed requests over the
-    summary's throughput, else the runner's timing of the client process."""
+    output says it (`wall_clock_s` in its summary or config, or in the one repeat of an
+    ASR sweep, or a top-level `duration` as SGLang's and vLLM's serving benchmarks
+    write), else completed requests over the summary's throughput, else the runner's
+    timing of the client process (which includes any warm-up pass the client makes)."""
     doc: Any = {}
     try:
         text = speed_file.read_text(encoding="utf-8")
@@ -164,6 +165,18 @@ def wall_clock(speed_file: Path, runner_wall_s: float) -> tuple[float, str]:
         v = pos(d.get("wall_clock_s"))
         if v is not None:
             return v, source
+    # benchmark_asr_seedtts' sweep: one result per concurrency, one summary per repeat.
+    results = doc.get("results") if isinstance(doc.get("results"), list) else []
+    reps = [
+        r
+        for res in results
+        if isinstance(res, dict) and isinstance(res.get("per_repeat"), list)
+        for r in res["per_repeat"]
+        if isinstance(r, dict)
+    ]
+    v = pos(reps[0].get("wall_clock_s")) if len(reps) == 1 else None
+    if v is not None:
+        return v, "client-summary"
     v = pos(doc.get("duration"))
     if v is not None:
         return v, "client-duration"
@@ -608,6 +621,7 @@ class Verifier:
         server: proc.Process | None = None
         monitor: Monitor | None = None
         stopped = False
+        kept = False
 
         def stop_server(grace: float) -> None:
             """Stop the server and the sampling (once), and note how it ended."""
@@ -716,6 +730,15 @@ class Verifier:
             dest = rdir / src.name  # the client's file, byte for byte, under its own name
             shutil.copyfile(src, dest)
             rec["files"]["speed"] = self.bundle.rel(dest)
+            extra, missing = outputs.keep(self.task.benchmark, bvals, rdir, self.bundle.rel)
+            rec["files"].update(extra)
+            kept = True
+            if missing:
+                raise RunFailure(
+                    "no-output",
+                    f"the benchmark client exited 0 but wrote no {', '.join(missing)}",
+                    last="client",
+                )
             wall, wsrc = wall_clock(dest, fin.wall_s)
             rec["wall_clock_s"] = wall
             rec["wall_clock_source"] = wsrc
@@ -761,6 +784,12 @@ class Verifier:
                         # what the client recorded before the run failed, for diagnosis
                         shutil.copyfile(left, rdir / left.name)
                         rec["files"]["speed"] = self.bundle.rel(rdir / left.name)
+                    if bench_vals is not None and not kept:
+                        # and its other files, if it wrote any
+                        extra, _ = outputs.keep(
+                            self.task.benchmark, bench_vals, rdir, self.bundle.rel
+                        )
+                        rec["files"].update({k: v for k, v in extra.items() if v})
                     rec["status"] = "failed"
                     rec["failure"] = failure.kind
                     rec["error"] = failure.message

@@ -134,6 +134,68 @@ def test_bad_files_name_the_key(tmp_path: Path, edit: object, message: str) -> N
         tasks.load(str(write(tmp_path, edit(GOOD))))
 
 
+ASR_OUTPUTS = """output = "{out}/asr.json"
+records = "{out}/raw/conc{concurrency}_rep1.jsonl"
+accuracy_output = "{out}/accuracy.json"
+keep = ["{out}/raw/*.jsonl", "{out}/logs/**/*.txt"]
+"""
+
+
+def _asr(text: str = ASR_OUTPUTS) -> str:
+    """GOOD with the ASR output keys and without [accuracy] (which they replace)."""
+    head, tail = GOOD.split("[accuracy]")
+    head = head.replace('output = "{out}/speed_results.json"\n', text)
+    return head + "[policy]" + tail.split("[policy]")[1]
+
+
+def test_asr_output_keys_load(tmp_path: Path) -> None:
+    t = tasks.load(str(write(tmp_path, _asr())))
+    assert t.benchmark.records == "{out}/raw/conc{concurrency}_rep1.jsonl"
+    assert t.benchmark.accuracy_output == "{out}/accuracy.json"
+    assert t.benchmark.keep == ("{out}/raw/*.jsonl", "{out}/logs/**/*.txt")
+    assert t.summary()["outputs"]["records"] == t.benchmark.records
+    assert t.accuracy is None
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            lambda s: s.replace('records = "{out}/', 'records = "/tmp/'),
+            "`benchmark.records` must be a path under",
+        ),
+        (lambda s: s.replace("{out}/raw/conc", "{out}/../conc"), "must stay under"),
+        (lambda s: s.replace("raw/conc{concurrency}", "raw/conc*"), "no glob characters"),
+        (
+            lambda s: s.replace('"{out}/raw/*.jsonl"', '"raw/*.jsonl"'),
+            r"`benchmark\.keep\[0\]` must be a path",
+        ),
+        (
+            lambda s: s.replace("{out}/accuracy.json", "{out}/asr.json"),
+            "another file than `output`",
+        ),
+        (
+            lambda s: s.replace("{out}/accuracy.json", "{out}/{nope}.json"),
+            r"unknown placeholder\(s\) \{nope\}",
+        ),
+        (
+            lambda s: s.replace('keep = ["{out}/raw/*.jsonl"', "keep = [1"),
+            "must be a list of strings",
+        ),
+    ],
+)
+def test_bad_asr_output_keys_name_the_key(tmp_path: Path, edit: object, message: str) -> None:
+    assert callable(edit)
+    with pytest.raises(tasks.TaskError, match=message):
+        tasks.load(str(write(tmp_path, edit(_asr()))))
+
+
+def test_accuracy_output_and_accuracy_table_exclude_each_other(tmp_path: Path) -> None:
+    text = GOOD.replace('output = "{out}/speed_results.json"\n', ASR_OUTPUTS, 1)
+    with pytest.raises(tasks.TaskError, match=r"\[accuracy\] and `benchmark.accuracy_output`"):
+        tasks.load(str(write(tmp_path, text)))
+
+
 def test_no_modes_is_an_error(tmp_path: Path) -> None:
     text = GOOD.split("[benchmark.modes.streaming]")[0] + "[benchmark.modes]\n"
     with pytest.raises(tasks.TaskError, match="needs a streaming or non-streaming"):

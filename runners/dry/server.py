@@ -10,6 +10,10 @@ text, so base and head make the same audio and only the speed may differ.
     POST /v1/audio/speech        {"input": text, "stream": bool}
          non-streaming: one JSON answer; streaming: `data: {...}` lines, one per chunk
     POST /v1/dry/transcribe      {"input": text} → {"text": ...} (the accuracy stand-in)
+    POST /v1/audio/transcriptions {"input": text, "stream": bool}: a CPU "ASR" (the text
+         stands for the clip): works like speech, answers {"text": ...}, or streams
+         `transcript.text.delta` events, `transcript.text.done` and `[DONE]` as
+         SGLang-Omni's SSE transcription does
 
 Behaviour comes from a JSON file (`--config`, usually `rsi-dry.json` in the worktree, so
 base and head can differ by commit), then `RSI_DRY_<KEY>` variables, then flags:
@@ -163,6 +167,8 @@ class Handler(BaseHTTPRequestHandler):
         text = str(doc.get("input") or "")
         if self.path == "/v1/dry/transcribe":
             self._transcribe(text)
+        elif self.path == "/v1/audio/transcriptions":
+            self._asr(text, bool(doc.get("stream")))
         elif self.path == "/v1/audio/speech":
             if doc.get("stream"):
                 self._stream(text)
@@ -220,12 +226,39 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(f"data: {json.dumps(done)}\n\ndata: [DONE]\n\n".encode())
         self.wfile.flush()
 
-    def _transcribe(self, text: str) -> None:
+    def _heard(self, text: str) -> str:
         noise = float(self.state.cfg.get("wer_noise") or 0.0)
         words = text.split()
         rng = random.Random(text)  # the same text is misheard the same way
-        kept = [w for w in words if rng.random() >= noise] if noise > 0 else words
-        self._json(200, {"text": " ".join(kept)})
+        return " ".join([w for w in words if rng.random() >= noise] if noise > 0 else words)
+
+    def _transcribe(self, text: str) -> None:
+        self._json(200, {"text": self._heard(text)})
+
+    def _asr(self, text: str, stream: bool) -> None:
+        work = self.state.work_s(text)
+        heard = self._heard(text)
+        if not stream:
+            time.sleep(work)
+            self._json(200, {"text": heard})
+            return
+        words = heard.split() or [""]
+        first = work * 0.3  # the audio is encoded before the first token
+        rest = (work - first) / len(words)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        time.sleep(first)
+        for i, w in enumerate(words):
+            if i:
+                time.sleep(self.state.jittered(rest))
+            ev = {"type": "transcript.text.delta", "delta": (" " if i else "") + w}
+            self.wfile.write(f"data: {json.dumps(ev)}\n\n".encode())
+            self.wfile.flush()
+        done = {"type": "transcript.text.done", "text": heard}
+        self.wfile.write(f"data: {json.dumps(done)}\n\ndata: [DONE]\n\n".encode())
+        self.wfile.flush()
 
 
 class Server(ThreadingHTTPServer):
