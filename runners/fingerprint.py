@@ -1,6 +1,7 @@
 """The environment each side ran in, so a difference of machine shows as one.
 
-Machine facts (GPU name and count, driver, CUDA, CPU, container image) are read once;
+Machine facts (GPU name and count, driver, CUDA, CPU, container image) are read once,
+for the GPUs CUDA_VISIBLE_DEVICES gives the job (`runners/devices.py`);
 Python and package versions are read per side by running the side's own interpreter in
 its worktree, so they reflect what that side imported. The keys follow bundle.md; the
 evidence engine reports any difference between the sides.
@@ -16,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from runners import devices
 from runners.gpu import Backend, GpuInfo
 from runners.host import cpuset
 
@@ -115,6 +117,10 @@ def machine(backend: Backend, env: Mapping[str, str] | None = None) -> dict[str,
         "driver": gi.driver,
         "cuda": gi.cuda,
         "gpu_backend": backend.name,
+        # The GPUs read, by NVML/nvidia-smi index (None: every GPU, CUDA_VISIBLE_DEVICES
+        # unset); CUDA numbers them alike because the runner sets CUDA_DEVICE_ORDER.
+        "gpu_indices": backend.indices(),
+        "cuda_device_order": devices.ORDER,
         "image": env.get("RSI_IMAGE") or None,
         "image_digest": env.get("RSI_IMAGE_DIGEST") or None,
         "container": in_container(),

@@ -6,7 +6,8 @@ else `nvidia-smi` on PATH, else none (a CPU machine: nothing is sampled). The va
 
 Each backend gives samples (one per GPU: SM clock, utilisation, memory used, power,
 throttle reasons), the compute processes on the GPUs, and static facts (name, count,
-driver, CUDA) for the fingerprint.
+driver, CUDA) for the fingerprint — of the GPUs CUDA_VISIBLE_DEVICES gives the job only
+(`runners/devices.py`: NVML and nvidia-smi themselves always list every GPU).
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ import subprocess
 import threading
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from runners import devices
 from runners.host import CpuLoad
 
 # NVML's clock-event ("throttle") reason bits, named as in nvidia-smi -q.
@@ -59,6 +62,13 @@ class GpuInfo:
 
 class Backend:
     name: str | None = None
+    # The GPUs read (None: every GPU, CUDA_VISIBLE_DEVICES unset) and what to warn about.
+    selection: devices.Selection | None = None
+    note: str | None = None
+
+    def indices(self) -> list[int] | None:
+        """The indices (NVML / nvidia-smi, PCI bus order) of the GPUs read."""
+        return None if self.selection is None else self.selection.indices
 
     def sample(self) -> list[dict[str, Any]]:
         """One dict per GPU: gpu, sm_clock_mhz, util_pct, mem_used_mib, power_w,
@@ -86,12 +96,50 @@ class NoGpu(Backend):
 class Nvml(Backend):
     name = "nvml"
 
-    def __init__(self, module: Any | None = None) -> None:
+    def __init__(self, module: Any | None = None, env: Mapping[str, str] | None = None) -> None:
         self.nv: Any = module if module is not None else importlib.import_module("pynvml")
         self.nv.nvmlInit()
         n = int(self.nv.nvmlDeviceGetCount())
-        self.handles = [self.nv.nvmlDeviceGetHandleByIndex(i) for i in range(n)]
+        gpu_handles = [self.nv.nvmlDeviceGetHandleByIndex(i) for i in range(n)]
         self._lock = threading.Lock()
+        env = os.environ if env is None else env
+        # (index, device handle, whole-GPU handle): a MIG device has its own memory and
+        # processes, but clocks, power and throttling belong to the GPU it is part of.
+        self.targets: list[tuple[int, Any, Any]] = [(i, h, h) for i, h in enumerate(gpu_handles)]
+        if devices.VISIBLE_VAR in env:
+            want_mig = any(
+                e.startswith("MIG-") for e in devices.entries(env[devices.VISIBLE_VAR]) or []
+            )
+            gpus: list[devices.Gpu] = []
+            mig_handles: dict[str, Any] = {}
+            for i, h in enumerate(gpu_handles):
+                migs = {self._uuid(m): m for m in self._migs(h)} if want_mig else {}
+                mig_handles.update(migs)
+                gpus.append(devices.Gpu(i, self._uuid(h), tuple(migs)))
+            self.selection = devices.select(gpus, env)
+            self.note = self.selection.note
+            self.targets = [
+                (
+                    t.index,
+                    mig_handles[t.uuid] if t.mig else gpu_handles[t.index],
+                    gpu_handles[t.index],
+                )
+                for t in self.selection.targets
+            ]
+        self.handles = [h for _, h, _ in self.targets]
+
+    def _uuid(self, h: Any) -> str:
+        u = self._try("nvmlDeviceGetUUID", h)
+        return (u.decode() if isinstance(u, bytes) else str(u)) if u is not None else ""
+
+    def _migs(self, h: Any) -> list[Any]:
+        """The MIG device handles of a GPU (none when MIG is off or unsupported)."""
+        out = []
+        for j in range(int(self._try("nvmlDeviceGetMaxMigDeviceCount", h) or 0)):
+            m = self._try("nvmlDeviceGetMigDeviceHandleByIndex", h, j)
+            if m is not None:
+                out.append(m)
+        return out
 
     def _try(self, fn: str, *args: Any) -> Any:
         f = getattr(self.nv, fn, None)
@@ -115,14 +163,15 @@ class Nvml(Backend):
     def sample(self) -> list[dict[str, Any]]:
         out = []
         with self._lock:
-            for i, h in enumerate(self.handles):
-                util = self._try("nvmlDeviceGetUtilizationRates", h)
+            for i, h, whole in self.targets:
+                util = self._try("nvmlDeviceGetUtilizationRates", h)  # none for a MIG device
                 mem = self._memory(h)
-                power = self._try("nvmlDeviceGetPowerUsage", h)
-                reasons = self._try("nvmlDeviceGetCurrentClocksEventReasons", h)
+                power = self._try("nvmlDeviceGetPowerUsage", whole)
+                reasons = self._try("nvmlDeviceGetCurrentClocksEventReasons", whole)
                 if reasons is None:
-                    reasons = self._try("nvmlDeviceGetCurrentClocksThrottleReasons", h)
-                clock = self._try("nvmlDeviceGetClockInfo", h, getattr(self.nv, "NVML_CLOCK_SM", 1))
+                    reasons = self._try("nvmlDeviceGetCurrentClocksThrottleReasons", whole)
+                sm = getattr(self.nv, "NVML_CLOCK_SM", 1)
+                clock = self._try("nvmlDeviceGetClockInfo", whole, sm)
                 out.append(
                     {
                         "gpu": i,
@@ -131,6 +180,7 @@ class Nvml(Backend):
                         "mem_used_mib": round(mem.used / 2**20) if mem is not None else None,
                         "power_w": round(power / 1000, 1) if power is not None else None,
                         "throttle_reasons": throttle_names(reasons),
+                        **({"mig": True} if h is not whole else {}),
                     }
                 )
         return out
@@ -138,7 +188,7 @@ class Nvml(Backend):
     def processes(self) -> list[dict[str, Any]] | None:
         procs: list[dict[str, Any]] = []
         with self._lock:
-            for i, h in enumerate(self.handles):
+            for i, h, _ in self.targets:
                 got = self._try("nvmlDeviceGetComputeRunningProcesses", h)
                 if got is None:
                     return None
@@ -160,7 +210,8 @@ class Nvml(Backend):
             return v.decode() if isinstance(v, bytes) else str(v)
 
         with self._lock:
-            name = text(self._try("nvmlDeviceGetName", self.handles[0])) if self.handles else None
+            whole = self.targets[0][2] if self.targets else None
+            name = text(self._try("nvmlDeviceGetName", whole)) if whole is not None else None
             driver = text(self._try("nvmlSystemGetDriverVersion"))
             cuda_int = self._try("nvmlSystemGetCudaDriverVersion_v2")
             if cuda_int is None:
@@ -223,18 +274,23 @@ def parse_query_gpu(text: str, with_reasons: bool = True) -> list[dict[str, Any]
 
 
 def parse_compute_apps(text: str) -> list[dict[str, Any]]:
+    """`--query-compute-apps=pid,used_memory[,gpu_uuid]` (csv, no header, no units)."""
     out = []
     for line in text.splitlines():
         cols = [c.strip() for c in line.split(",")]
         if len(cols) < 2 or not cols[0].isdigit():
             continue
         used = _num(cols[1])
-        out.append({"pid": int(cols[0]), "used_memory_mib": int(used) if used else None})
+        row: dict[str, Any] = {"pid": int(cols[0]), "used_memory_mib": int(used) if used else None}
+        if len(cols) > 2:
+            row["gpu_uuid"] = cols[2]
+        out.append(row)
     return out
 
 
-def parse_smi_xml(text: str) -> GpuInfo:
-    """`nvidia-smi -q -x` → name, count, driver, CUDA (the DTD is never fetched)."""
+def parse_smi_xml(text: str, index: int | None = None) -> GpuInfo:
+    """`nvidia-smi -q -x` → name, count, driver, CUDA (the DTD is never fetched); name
+    and memory of the GPU at `index` (its `<gpu>` elements are in index order)."""
     root = ET.fromstring(text)
 
     def find(el: ET.Element, path: str) -> str | None:
@@ -244,13 +300,16 @@ def parse_smi_xml(text: str) -> GpuInfo:
     gpus = root.findall("gpu")
     count_text = find(root, "attached_gpus")
     mem_total = None
-    if gpus:
-        total = find(gpus[0], "fb_memory_usage/total")
+    gpu = gpus[index] if index is not None and 0 <= index < len(gpus) else None
+    if gpu is None and gpus and index is None:
+        gpu = gpus[0]
+    if gpu is not None:
+        total = find(gpu, "fb_memory_usage/total")
         if total:
             n = _num(total.split()[0])
             mem_total = int(n) if n is not None else None
     return GpuInfo(
-        gpu_name=find(gpus[0], "product_name") if gpus else None,
+        gpu_name=find(gpu, "product_name") if gpu is not None else None,
         gpu_count=int(count_text) if count_text and count_text.isdigit() else len(gpus),
         driver=find(root, "driver_version"),
         cuda=find(root, "cuda_version"),
@@ -261,7 +320,7 @@ def parse_smi_xml(text: str) -> GpuInfo:
 class Smi(Backend):
     name = "nvidia-smi"
 
-    def __init__(self, exe: str) -> None:
+    def __init__(self, exe: str, env: Mapping[str, str] | None = None) -> None:
         self.exe = exe
         self.with_reasons = True
         probe = self._run(f"--query-gpu={_QUERY}", "--format=csv,noheader,nounits")
@@ -270,6 +329,19 @@ class Smi(Backend):
             probe = self._run(f"--query-gpu={self._query()}", "--format=csv,noheader,nounits")
         if probe is None:
             raise RuntimeError(f"{exe} does not answer")
+        env = os.environ if env is None else env
+        self.gpu_uuids: dict[str, int] = {}
+        if devices.VISIBLE_VAR in env:
+            gpus = devices.parse_smi_list(self._run("-L") or "")
+            if gpus:
+                self.selection = devices.select(gpus, env)
+                self.note = self.selection.note
+                self.gpu_uuids = {g.uuid: g.index for g in gpus}
+            else:
+                self.note = (
+                    f"{devices.VISIBLE_VAR} is set but `nvidia-smi -L` listed no GPU: "
+                    "every GPU is read"
+                )
 
     def _query(self) -> str:
         return _QUERY if self.with_reasons else _QUERY.rsplit(",", 1)[0]
@@ -288,21 +360,44 @@ class Smi(Backend):
         return r.stdout if r.returncode == 0 else None
 
     def sample(self) -> list[dict[str, Any]]:
+        """Whole GPUs only: a MIG device is read as the GPU it is part of (nvidia-smi's
+        queries have no per-MIG figures), so its neighbours' load is included."""
         out = self._run(f"--query-gpu={self._query()}", "--format=csv,noheader,nounits")
-        return parse_query_gpu(out, self.with_reasons) if out else []
+        rows = parse_query_gpu(out, self.with_reasons) if out else []
+        want = self.indices()
+        if want is None:
+            return rows
+        by_index = {r["gpu"]: r for r in rows}
+        return [by_index[i] for i in want if i in by_index]
 
     def processes(self) -> list[dict[str, Any]] | None:
-        out = self._run("--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits")
-        return None if out is None else parse_compute_apps(out)
+        fmt = "--format=csv,noheader,nounits"
+        want = self.indices()
+        if want is None:
+            out = self._run("--query-compute-apps=pid,used_memory", fmt)
+            return None if out is None else parse_compute_apps(out)
+        out = self._run("--query-compute-apps=pid,used_memory,gpu_uuid", fmt)
+        if out is None:
+            return None
+        procs = []
+        for p in parse_compute_apps(out):
+            i = self.gpu_uuids.get(str(p.pop("gpu_uuid", "")))
+            if i in want:
+                procs.append({"gpu": i, **p})
+        return procs
 
     def info(self) -> GpuInfo:
         out = self._run("-q", "-x", timeout=60.0)
         if not out:
             return GpuInfo()
+        want = self.indices()
         try:
-            return parse_smi_xml(out)
+            info = parse_smi_xml(out, want[0] if want else None)
         except ET.ParseError:
             return GpuInfo()
+        if want is not None:
+            info.gpu_count = len(self.selection.targets) if self.selection else len(want)
+        return info
 
 
 def detect(force: str | None = None) -> Backend:

@@ -34,7 +34,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from runners import __version__, fingerprint, gitwork, host, outputs, proc, schedule
+from runners import __version__, devices, fingerprint, gitwork, host, outputs, proc, schedule
 from runners.bundle import BundleWriter
 from runners.gpu import Backend, Monitor, NoGpu, detect, wait_idle
 from runners.task import RUNNER_ROOT, Task, render, render_command
@@ -296,6 +296,7 @@ class Verifier:
                 "commit": _runner_commit(),
                 "python": sys.version.split()[0],
                 "env_withheld": self.scrubbed,
+                "cuda_device_order": devices.ORDER,
             },
             "environment": {},
             "benchmark": {
@@ -351,6 +352,9 @@ class Verifier:
     def env(self, side: str, values: dict[str, object]) -> dict[str, str]:
         env = dict(self.env_base)
         env["PYTHONUNBUFFERED"] = "1"
+        # CUDA then numbers GPUs as NVML and nvidia-smi do, so an index in
+        # CUDA_VISIBLE_DEVICES names the GPU the runner samples (runners/devices.py).
+        env.update(devices.ORDER_ENV)
         wt = str(self.worktrees[side])
         env["PYTHONPATH"] = wt + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         for k, t in self.task.server.env.items():
@@ -473,6 +477,14 @@ class Verifier:
         if b.name is None:
             self.warnings.append(
                 "no GPU backend (no NVML, no nvidia-smi): nothing about the GPU was recorded"
+            )
+        if b.note:
+            self.warnings.append(b.note)
+        inherited = os.environ.get(devices.ORDER_VAR)
+        if inherited not in (None, devices.ORDER):
+            self.warnings.append(
+                f"{devices.ORDER_VAR} was {inherited}; the runner sets {devices.ORDER} for "
+                "the processes it starts, so CUDA numbers GPUs as NVML does"
             )
         return b
 

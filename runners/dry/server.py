@@ -278,8 +278,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     cfg = load_config(args.config, {"speed": args.speed})
     rnd = args.round
+    cuda = {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")}
     print(
-        f"dry server: side={args.side} round={rnd} config={json.dumps(cfg, sort_keys=True)}",
+        f"dry server: side={args.side} round={rnd} config={json.dumps(cfg, sort_keys=True)} "
+        f"cuda={json.dumps(cuda, sort_keys=True)}",
         file=sys.stderr,
     )
     if knob(cfg, "fail_start", rnd):
