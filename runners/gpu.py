@@ -391,8 +391,9 @@ class Smi(Backend):
         if not out:
             return GpuInfo()
         want = self.indices()
+        index = None if want is None else (want[0] if want else -1)  # -1: no GPU named
         try:
-            info = parse_smi_xml(out, want[0] if want else None)
+            info = parse_smi_xml(out, index)
         except ET.ParseError:
             return GpuInfo()
         if want is not None:

@@ -183,7 +183,8 @@ def test_smi_empty_variable_reads_nothing_and_says_so(
     assert b.sample() == []
     assert b.processes() == []
     assert b.note == "CUDA_VISIBLE_DEVICES is empty: the run sees no GPU"
-    assert fingerprint.machine(b, env={})["gpu_count"] == 0
+    fp = fingerprint.machine(b, env={})
+    assert (fp["gpu_count"], fp["gpu_name"], fp["gpu_indices"]) == (0, None, [])
 
 
 def test_recorded_single_gpu_is_unchanged_by_index_zero(monkeypatch: pytest.MonkeyPatch) -> None:
