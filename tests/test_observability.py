@@ -334,12 +334,16 @@ def test_log_lines_carry_the_delivery_id(
     records: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    records.set_level(logging.DEBUG, logger="bot.webhooks")  # "queued" is a DEBUG line
     assert deliver(client, "installation", example("installation", "created"), "log-1") == 202
     queued = [r for r in records.records if r.name == "bot.webhooks"]
     assert queued
     assert all(getattr(r, "delivery_id", None) == "log-1" for r in queued)
     line = observability.ContextFormatter().format(queued[-1])
     assert " bot.webhooks delivery=log-1: delivery log-1 queued" in line
+    done = [r for r in records.records if r.name == "bot.tasks"]  # the job's INFO line
+    line = observability.ContextFormatter().format(done[-1])
+    assert " bot.tasks delivery=log-1: delivery log-1 (installation.created) done: " in line
 
     # A rejected delivery names the id it claimed too.
     records.clear()
