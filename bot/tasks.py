@@ -128,6 +128,27 @@ def publish_(vid: str) -> None:
     publish.publish(runtime.current(), vid)
 
 
+DELIVERY_GRACE_S = 60
+
+
+def delivery_grace_s(rt: runtime.Runtime) -> float:
+    """How old a still-`queued` delivery must be before it counts as lost. A minute when
+    the queue is empty; with a backlog its job is probably still waiting (the queue is
+    first in, first out), and queuing it again would only lengthen the backlog, so the
+    lease (`RSI_LEASE_S`) applies instead."""
+    try:
+        backlog = rt.huey.pending_count()
+    except Exception:
+        log.exception("reconcile: could not read the queue's length")
+        backlog = 0
+    if backlog:
+        log.info(
+            "reconcile: %d jobs waiting; deliveries get %d s", backlog, rt.settings.RSI_LEASE_S
+        )
+        return max(DELIVERY_GRACE_S, rt.settings.RSI_LEASE_S)
+    return DELIVERY_GRACE_S
+
+
 def reconcile() -> None:
     """Re-queue lost work; time out runners that never reported back."""
     from bot import flow
@@ -135,8 +156,9 @@ def reconcile() -> None:
 
     rt = runtime.current()
     now = utcnow()
+    grace = delivery_grace_s(rt)
     with rt.db.session() as s:
-        stale = now - dt.timedelta(seconds=60)
+        stale = now - dt.timedelta(seconds=grace)
         lost = list(
             s.scalars(
                 select(Delivery.id).where(

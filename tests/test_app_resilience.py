@@ -213,3 +213,36 @@ def test_a_requeued_delivery_runs_its_handlers_once(tmp_path: Path, github: GitH
         d = s.get(Delivery, "twice")
         assert d is not None
         assert (d.status, d.attempts) == ("done", 1)
+
+
+def test_a_backlog_delays_requeueing_a_queued_delivery(
+    tmp_path: Path, github: GitHubStandIn
+) -> None:
+    """With jobs waiting (a burst, a worker restart), a delivery still `queued` after a
+    minute is most likely behind them: the reconciler leaves it until the lease is over
+    instead of queuing it a second time (which made a 55,000-delivery burst 14,664 jobs
+    longer in bench/webhook_ack.py)."""
+    from bot.models import Delivery
+
+    settings = appkit.settings(tmp_path, github.url, RSI_LEASE_S=600)
+    upgrade(settings.DATABASE_URL)
+    rt = runtime.build(settings)  # a real (SQLite) queue, no consumer
+    try:
+        for i in range(3):
+            assert rt.db.store_delivery(f"wait-{i}", "github", "installation", "{}")
+        with rt.db.session() as s:
+            for i, minutes in enumerate((5, 11, 0)):
+                d = s.get(Delivery, f"wait-{i}")
+                assert d is not None
+                d.received_at = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=minutes)
+        rt.tasks.process_delivery("unrelated")  # the backlog: one job waiting
+        tasks.reconcile()
+        waiting = [rt.huey.serializer.deserialize(x) for x in rt.huey.storage.enqueued_items()]
+        assert sorted(m.args[0] for m in waiting) == ["unrelated", "wait-1"]
+
+        rt.huey.storage.flush_queue()  # no backlog: a minute is enough
+        tasks.reconcile()
+        waiting = [rt.huey.serializer.deserialize(x) for x in rt.huey.storage.enqueued_items()]
+        assert sorted(m.args[0] for m in waiting) == ["wait-0", "wait-1"]
+    finally:
+        rt.db.dispose()
