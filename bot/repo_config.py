@@ -21,6 +21,7 @@ whether it changed (`If-None-Match`: a 304 costs no rate limit and no parse).
       practical_pct: 3.0
       latency_p95_pct: 10.0
       ttfa_p95_pct: 10.0
+      text_ttft_p95_pct: 10.0          # streaming ASR: first transcript text
       wer_increase: 0.01
       failure_rate: 0.01
     budget:
@@ -127,6 +128,9 @@ class Thresholds(BaseModel):
     practical_pct: Pct = Field(default=3.0, description="minimum effect to claim, percent")
     latency_p95_pct: Pct = Field(default=10.0, description="latency p95 guard, percent")
     ttfa_p95_pct: Pct = Field(default=10.0, description="TTFA p95 guard, percent")
+    text_ttft_p95_pct: Pct = Field(
+        default=10.0, description="text TTFT p95 guard (streaming ASR), percent"
+    )
     wer_increase: Pct = Field(default=0.01, description="absolute WER increase allowed")
     failure_rate: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = Field(
         default=0.01, description="failed-request share allowed"
@@ -182,6 +186,7 @@ class RepoConfig(BaseModel):
                 "threshold_pct": t.practical_pct,
                 "guard_latency_p95_pct": t.latency_p95_pct,
                 "guard_ttfa_p95_pct": t.ttfa_p95_pct,
+                "guard_text_ttft_p95_pct": t.text_ttft_p95_pct,
                 "wer_increase_max": t.wer_increase,
                 "failure_rate_max": t.failure_rate,
             }
@@ -216,7 +221,7 @@ class RepoConfig(BaseModel):
         return (
             f"GPUs {', '.join(self.gpus)}; {self.rounds} rounds; {', '.join(self.modes)}; "
             f"practical threshold {t.practical_pct:g}%; guards latency p95 "
-            f"{t.latency_p95_pct:g}%, TTFA p95 {t.ttfa_p95_pct:g}%, WER +{t.wer_increase:g}, "
+            f"{t.latency_p95_pct:g}%, TTFA p95 {t.ttfa_p95_pct:g}%, text TTFT p95 {t.text_ttft_p95_pct:g}%, WER +{t.wer_increase:g}, "
             f"failure rate {t.failure_rate:g}; approval {self.approval}; at most "
             f"{self.budget.max_rounds} rounds a command and {self.budget.max_running} "
             f"verification(s) at once; base {self.base}"

@@ -15,6 +15,7 @@ class Policy(BaseModel):
     power: float = Field(default=0.8, gt=0, lt=1, description="power for the detectable effect")
     guard_latency_p95_pct: float = 10.0
     guard_ttfa_p95_pct: float = 10.0
+    guard_text_ttft_p95_pct: float = 10.0  # ASR streaming: time to the first transcript text
     failure_rate_max: float = Field(default=0.01, ge=0, le=1)
     wer_increase_max: float = Field(default=0.01, ge=0, description="absolute WER")
     length_shift_pct: float = 5.0
@@ -33,4 +34,5 @@ class Policy(BaseModel):
         return {
             "latency_p95_s": self.guard_latency_p95_pct,
             "audio_ttfp_p95_s": self.guard_ttfa_p95_pct,
+            "text_ttft_p95_s": self.guard_text_ttft_p95_pct,
         }.get(metric)

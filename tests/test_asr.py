@@ -219,6 +219,7 @@ def test_asr_bundle_verdict_with_intervals_and_accuracy(kind: str, tmp_path: Pat
     ttft = rows[("streaming", "text_ttft_p95_s")]
     assert ttft.ci_high_pct is not None
     assert ttft.ci_high_pct < 0
+    assert ttft.guard  # text TTFT p95 is guarded as TTFA p95 is for speech
     assert ("streaming", "audio_ttfp_p95_s") not in rows  # no audio: not measured
     accuracy = ["wer_mean", "wer_corpus"] if kind == "seedtts" else ["cer_mean"]
     for metric in accuracy:

@@ -30,6 +30,7 @@ thresholds:
   practical_pct: 2.5
   latency_p95_pct: 15
   ttfa_p95_pct: 12.0
+  text_ttft_p95_pct: 20
   wer_increase: 0.02
   failure_rate: 0.005
 budget:
@@ -108,6 +109,7 @@ def test_policy_mapping() -> None:
     assert policy.failure_rate_max == 0.005
     assert policy.guard_pct("latency_p95_s") == 15.0
     assert policy.guard_pct("audio_ttfp_p95_s") == 12.0
+    assert policy.guard_pct("text_ttft_p95_s") == 20.0
     # What the file does not name comes from the engine (or a given base policy).
     assert policy.alpha == Policy().alpha
     assert policy.min_rounds == Policy().min_rounds
