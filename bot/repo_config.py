@@ -221,7 +221,8 @@ class RepoConfig(BaseModel):
         return (
             f"GPUs {', '.join(self.gpus)}; {self.rounds} rounds; {', '.join(self.modes)}; "
             f"practical threshold {t.practical_pct:g}%; guards latency p95 "
-            f"{t.latency_p95_pct:g}%, TTFA p95 {t.ttfa_p95_pct:g}%, text TTFT p95 {t.text_ttft_p95_pct:g}%, WER +{t.wer_increase:g}, "
+            f"{t.latency_p95_pct:g}%, TTFA p95 {t.ttfa_p95_pct:g}%, text TTFT p95 "
+            f"{t.text_ttft_p95_pct:g}%, WER +{t.wer_increase:g}, "
             f"failure rate {t.failure_rate:g}; approval {self.approval}; at most "
             f"{self.budget.max_rounds} rounds a command and {self.budget.max_running} "
             f"verification(s) at once; base {self.base}"
