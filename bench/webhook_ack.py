@@ -4,11 +4,12 @@ GitHub's published `pull_request` `synchronize` example, serialized as GitHub de
 (compact JSON, 23.7 KB; `--indent 2` gives the pretty-printed 28.1 KB), signed once;
 every request gets its own `X-GitHub-Delivery`. wrk (`-t2 -c16 -d10s`,
 `bench/webhook_ack.lua`) drives `POST /webhooks/github` on
-`gunicorn -c python:bot.gunicorn_conf -w 2 --threads 4 'bot.app:create_app()'` (the
-Procfile's server and settings) backed by a fresh PostgreSQL database and a dedicated
-Redis DB, and, served by the same gunicorn command line, a bare Flask
-endpoint that only reads the body (`webhook_ack:bare_app()` below). Runs are interleaved
-bare, app, app, bare after a short warm-up of each, and the medians are compared. Each
+`gunicorn -c python:bot.gunicorn_conf -w 2 -k gevent 'bot.app:create_app()'` (the
+Procfile's server and settings; `--worker-class gthread` for threads) backed by a fresh
+PostgreSQL database and a dedicated Redis DB, and, served by the same gunicorn command
+line, a bare Flask endpoint that only reads the body (`webhook_ack:bare_app()` below).
+Runs are interleaved bare, app, app, bare after a short warm-up of each, and the medians
+are compared. Each
 run also says where the machine's CPU went (server, PostgreSQL, Redis, wrk, anything
 else) per response, and how the kernel spread wrk's connections over the two workers.
 
@@ -263,12 +264,19 @@ class Proc:
         return self.popen.returncode
 
 
+def server_flags(args: argparse.Namespace) -> list[str]:
+    flags = ["-k", args.worker_class]
+    if args.worker_class == "gthread":
+        flags += ["--threads", str(args.server_threads)]
+    return flags
+
+
 def gunicorn(
-    name: str, target: str, port: int, env: dict[str, str], cwd: Path, threads: int
+    name: str, target: str, port: int, env: dict[str, str], cwd: Path, flags: list[str]
 ) -> Proc:
     """Both servers are started by this same command line; only the target differs."""
     argv = [str(BIN / "gunicorn"), "-c", "python:bot.gunicorn_conf"]
-    argv += ["-w", "2", "--threads", str(threads), "-b", f"127.0.0.1:{port}"]
+    argv += ["-w", "2", *flags, "-b", f"127.0.0.1:{port}"]
     argv += ["--pythonpath", str(BENCH), target]
     return Proc(name, argv, env, cwd)
 
@@ -474,8 +482,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--connections", type=int, default=16, help="wrk connections (16)")
     ap.add_argument("--threads", type=int, default=2, help="wrk threads (2)")
     ap.add_argument(
+        "--worker-class", default="gevent",
+        help="gunicorn -k for both servers (gevent, as bot.gunicorn_conf; or gthread)",
+    )  # fmt: skip
+    ap.add_argument(
         "--server-threads", type=int, default=4,
-        help="gunicorn --threads per worker, for both servers (4, as bot.gunicorn_conf)",
+        help="gunicorn --threads per worker with -k gthread (4, as bot.gunicorn_conf)",
     )  # fmt: skip
     ap.add_argument("--redis-db", type=int, default=13, help="Redis DB number, flushed (13)")
     ap.add_argument(
@@ -509,7 +521,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"load: wrk -t{args.threads} -c{args.connections} -d{args.duration}s, a unique "
         f"X-GitHub-Delivery per request, against gunicorn -c python:bot.gunicorn_conf -w 2 "
-        f"--threads {args.server_threads}; "
+        f"{' '.join(server_flags(args))}; "
         f"{args.rounds} × (bare, app, app, bare) after {args.warmup} s of warm-up each"
     )
 
@@ -543,10 +555,10 @@ def main(argv: list[str] | None = None) -> int:
         ports = {"bare": free_port(), "app": free_port()}
         servers = {
             "bare": gunicorn(
-                "bare", "webhook_ack:bare_app()", ports["bare"], env, tmp, args.server_threads
+                "bare", "webhook_ack:bare_app()", ports["bare"], env, tmp, server_flags(args)
             ),
             "app": gunicorn(
-                "app", "bot.app:create_app()", ports["app"], env, tmp, args.server_threads
+                "app", "bot.app:create_app()", ports["app"], env, tmp, server_flags(args)
             ),
         }
         try:

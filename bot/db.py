@@ -8,8 +8,6 @@ PostgreSQL URLs are routed to psycopg 3. Migrations ship inside the package, so
 from __future__ import annotations
 
 import datetime as dt
-import os
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,18 +19,9 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
+from bot.delivery_writer import DeliveryWriter
+
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
-_INSERT_DELIVERY = (
-    "INSERT INTO deliveries (id, source, event, payload, status, attempts, received_at) "
-    "VALUES (%s, %s, %s, %s, 'queued', 0, now()) ON CONFLICT (id) DO NOTHING"
-)
-
-
-def _disconnected(conn: Any, exc: Exception) -> bool:
-    """True when `exc` is psycopg saying the connection is gone (not a query error)."""
-    import psycopg
-
-    return isinstance(exc, psycopg.OperationalError) and bool(conn.closed or conn.broken)
 
 
 def normalize_url(url: str) -> str:
@@ -91,9 +80,7 @@ class Database:
         self.url = url
         self.engine = make_engine(url)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
-        self._local = threading.local()
-        self._lock = threading.Lock()
-        self._writers: list[Any] = []  # every thread's writer connection, for dispose()
+        self._writer = DeliveryWriter(self._connect_writer)
 
     @contextmanager
     def session(self) -> Iterator[Session]:
@@ -103,12 +90,12 @@ class Database:
 
     def store_delivery(self, delivery_id: str, source: str, event: str, payload: str) -> bool:
         """Keep a delivery before it is acknowledged; False when this id was stored before
-        (a redelivery). The webhook's hot path: on PostgreSQL one prepared `INSERT … ON
-        CONFLICT DO NOTHING` in autocommit on a connection owned by the calling thread (one
-        round trip, no ORM unit of work); the worker fills in `action` and
+        (a redelivery). The webhook's hot path: on PostgreSQL a prepared `INSERT … ON
+        CONFLICT DO NOTHING` in autocommit, shared with the deliveries arriving meanwhile
+        (`bot.delivery_writer`; no ORM unit of work); the worker fills in `action` and
         `installation_id` when it parses the payload."""
         if self.engine.dialect.name == "postgresql":
-            return self._store_pg(delivery_id, source, event, payload)
+            return self._writer.store((delivery_id, source, event, payload))
         from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
         from bot.models import Delivery
@@ -129,38 +116,15 @@ class Database:
         with self.engine.begin() as conn:
             return bool(conn.execute(stmt).rowcount)
 
-    def _store_pg(self, delivery_id: str, source: str, event: str, payload: str) -> bool:
-        params = (delivery_id, source, event, payload)
-        cur = self._writer()
-        try:
-            cur.execute(_INSERT_DELIVERY, params)
-        except Exception as exc:
-            if not _disconnected(cur.connection, exc):
-                raise
-            # The server closed the connection (restart, idle timeout): one fresh try.
-            self._local.cursor = None
-            cur = self._writer()
-            cur.execute(_INSERT_DELIVERY, params)
-        return bool(cur.rowcount)
-
-    def _writer(self) -> Any:
-        """A cursor on this thread's autocommit connection for `store_delivery`, taken out
-        of the pool (same connect arguments) and kept; a forked child makes its own."""
-        cur = getattr(self._local, "cursor", None)
-        if cur is None or cur.connection.closed or self._local.pid != os.getpid():
-            fairy = self.engine.raw_connection()
-            conn: Any = fairy.driver_connection
-            fairy.detach()
-            conn.autocommit = True
-            cur = conn.cursor()
-            self._local.cursor, self._local.pid = cur, os.getpid()
-            with self._lock:
-                self._writers.append(conn)
-        return cur
+    def _connect_writer(self) -> Any:
+        """An autocommit psycopg connection for the delivery writer, taken out of the
+        pool (same connect arguments) and kept by it."""
+        fairy = self.engine.raw_connection()
+        conn: Any = fairy.driver_connection
+        fairy.detach()
+        conn.autocommit = True
+        return conn
 
     def dispose(self) -> None:
-        with self._lock:
-            writers, self._writers = self._writers, []
-        for conn in writers:
-            conn.close()
+        self._writer.close()
         self.engine.dispose()

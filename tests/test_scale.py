@@ -72,10 +72,10 @@ def cluster(github: GitHubStandIn, tmp_path: Path) -> Iterator[tuple[list[str], 
                     subprocess.Popen(
                         [
                             str(BIN / "gunicorn"),
+                            "-c",  # the Procfile's settings: gevent workers
+                            "python:bot.gunicorn_conf",
                             "-w",
                             "1",
-                            "--threads",
-                            "4",
                             "-b",
                             f"127.0.0.1:{port}",
                             "bot.app:create_app()",

@@ -1,12 +1,16 @@
 """The webhook's acknowledgement path: what it refuses, what it leaves to the job, the
-per-thread PostgreSQL writer, and the batches of jobs it queues off the request thread."""
+PostgreSQL writer's group commit, and the batches of jobs it queues off the request thread."""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import orjson
 import psycopg
 import pytest
 from flask import Flask
@@ -16,6 +20,7 @@ from bot import runtime, tasks
 from bot.app import create_app
 from bot.batcher import Batcher
 from bot.db import Database, upgrade
+from bot.delivery_writer import DeliveryWriter, Row
 from bot.models import Delivery
 from bot.webhooks import NOT_JSON
 from tests import appkit
@@ -86,51 +91,156 @@ def test_postgres_store_is_idempotent_and_survives_a_dropped_connection() -> Non
         try:
             assert db.store_delivery("d-1", "github", "push", '{"a": 1}') is True
             assert db.store_delivery("d-1", "github", "push", '{"a": 2}') is False
-            pid = db._writer().connection.info.backend_pid
+            pid = db._writer._connection().info.backend_pid
             with psycopg.connect(url, autocommit=True) as admin:
                 admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
             assert db.store_delivery("d-2", "github", "push", '{"a": 3}') is True
-            assert db._writer().connection.info.backend_pid != pid
+            assert db._writer._connection().info.backend_pid != pid
             with db.session() as s:
                 rows = {d.id: (d.payload, d.status, d.attempts) for d in s.query(Delivery)}
             assert rows == {"d-1": ('{"a": 1}', "queued", 0), "d-2": ('{"a": 3}', "queued", 0)}
         finally:
             db.dispose()
+        assert db._writer._conn is None
 
 
-def test_postgres_writer_connection_per_thread() -> None:
+class CountingWriter(DeliveryWriter):
+    """Records the rows of every INSERT it sends."""
+
+    def __init__(self, connect: Callable[[], Any]) -> None:
+        super().__init__(connect)
+        self.inserts: list[list[str]] = []
+
+    def _insert(self, rows: list[Row]) -> set[str]:
+        self.inserts.append([r[0] for r in rows])
+        return super()._insert(rows)
+
+
+def store_concurrently_behind_a_lock(
+    url: str, rows: list[Row]
+) -> tuple[CountingWriter, dict[str, bool | str]]:
+    """Store `rows` from one thread each while another transaction locks the table, so
+    that every row after the first arrives while the first INSERT waits."""
+    writer = CountingWriter(lambda: psycopg.connect(url, autocommit=True))
+    results: dict[str, bool | str] = {}
+
+    def store(i: int) -> None:
+        try:
+            results[f"{i}:{rows[i][0]}"] = writer.store(rows[i])
+        except psycopg.Error as exc:
+            results[f"{i}:{rows[i][0]}"] = type(exc).__name__
+
+    with psycopg.connect(url) as locker:
+        locker.execute("LOCK TABLE deliveries IN EXCLUSIVE MODE")
+        first = threading.Thread(target=store, args=(0,))
+        first.start()
+        wait_until(lambda: writer.inserts != [])  # the leader's INSERT waits on the lock
+        rest = [threading.Thread(target=store, args=(i,)) for i in range(1, len(rows))]
+        for t in rest:
+            t.start()
+        wait_until(lambda: len(writer._waiting) == len(rows) - 1)
+        locker.commit()  # releases the lock
+    for t in [first, *rest]:
+        t.join(10)
+    writer.close()
+    return writer, results
+
+
+def wait_until(cond: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
+
+
+def test_deliveries_arriving_during_an_insert_are_written_together() -> None:
+    with postgres_database() as url:
+        upgrade(url)
+        rows: list[Row] = [(f"g-{i}", "github", "push", f'{{"n": {i}}}') for i in range(20)]
+        writer, results = store_concurrently_behind_a_lock(url, rows)
+        assert writer.inserts[0] == ["g-0"]
+        assert sorted(writer.inserts[1]) == sorted(f"g-{i}" for i in range(1, 20))
+        assert len(writer.inserts) == 2  # one round trip and one commit for 19 deliveries
+        assert set(results.values()) == {True}
+        with psycopg.connect(url) as conn:
+            stored = dict(conn.execute("SELECT id, payload FROM deliveries").fetchall())
+        assert stored == {r[0]: r[3] for r in rows}
+
+
+def test_a_bad_row_or_a_repeated_id_in_a_batch_fails_only_itself() -> None:
+    with postgres_database() as url:
+        upgrade(url)
+        rows: list[Row] = [
+            ("b-0", "github", "push", "{}"),
+            ("b-1", "github", "push", "{}"),
+            ("b-bad", "github", "push", '{"nul": "\x00"}'),  # PostgreSQL text has no NUL
+            ("b-1", "github", "push", "{}"),  # a redelivery arriving with the first one
+            ("b-2", "github", "push", "{}"),
+        ]
+        writer, results = store_concurrently_behind_a_lock(url, rows)
+        assert results["0:b-0"] is True
+        assert results["4:b-2"] is True
+        assert sorted([results["1:b-1"], results["3:b-1"]]) == [False, True]
+        assert isinstance(results["2:b-bad"], str)  # psycopg's error, raised to its caller
+        # the batch failed on the bad row, then each row was written on its own
+        assert sorted(writer.inserts[1]) == ["b-1", "b-2", "b-bad"]  # b-1 once
+        assert all(len(i) == 1 for i in writer.inserts[2:])
+        with psycopg.connect(url) as conn:
+            ids = {r[0] for r in conn.execute("SELECT id FROM deliveries")}
+        assert ids == {"b-0", "b-1", "b-2"}
+
+
+def test_one_writer_connection_per_process_for_all_threads() -> None:
     with postgres_database() as url:
         upgrade(url)
         db = Database(url)
         try:
-            pids: list[int] = []
-
-            def store(i: int) -> None:
-                assert db.store_delivery(f"t-{i}", "github", "push", "{}")
-                pids.append(db._writer().connection.info.backend_pid)
-
-            threads = [threading.Thread(target=store, args=(i,)) for i in range(4)]
+            threads = [
+                threading.Thread(target=db.store_delivery, args=(f"t-{i}", "github", "push", "{}"))
+                for i in range(8)
+            ]
             for t in threads:
                 t.start()
             for t in threads:
                 t.join()
-            assert len(set(pids)) == 4
-            writers = list(db._writers)
-            assert len(writers) == 4
+            conn = db._writer._conn
+            with psycopg.connect(url) as admin:
+                (n,) = admin.execute(
+                    "SELECT count(*) FROM deliveries WHERE id LIKE 't-%'"
+                ).fetchone() or (0,)
+            assert n == 8
+            db._writer._pid = -1  # what a forked child sees: not its connection
+            assert db.store_delivery("child", "github", "push", "{}") is True
+            assert db._writer._conn is not conn
+            assert not conn.closed
         finally:
             db.dispose()
-        assert all(conn.closed for conn in writers)
+            conn.close()
 
 
-def test_the_postgres_payload_column_is_lz4_compressed() -> None:
+def test_the_postgres_payload_is_lz4_compressed_and_kept_inline() -> None:
+    body = orjson.dumps(example("pull_request", "synchronize")).decode()  # 23.7 KB
     with postgres_database() as url:
         upgrade(url)
+        db = Database(url)
+        try:
+            assert db.store_delivery("big-1", "github", "pull_request", body)
+        finally:
+            db.dispose()
         with psycopg.connect(url) as conn:
-            (method,) = conn.execute(
-                "SELECT attcompression FROM pg_attribute "
+            method, storage = conn.execute(
+                "SELECT attcompression, attstorage FROM pg_attribute "
                 "WHERE attrelid = 'deliveries'::regclass AND attname = 'payload'"
+            ).fetchone() or ("?", "?")
+            (toast,) = conn.execute(
+                "SELECT reltoastrelid::regclass::text FROM pg_class WHERE relname = 'deliveries'"
             ).fetchone() or ("?",)
+            (toasted,) = conn.execute(f"SELECT count(*) FROM {toast}").fetchone() or (-1,)
+            (stored,) = conn.execute("SELECT payload FROM deliveries").fetchone() or ("",)
         assert method == "l"  # lz4 ('p' would be pglz, '' the server default)
+        assert storage == "m"  # MAIN: compressed in the row, out of line only if it must
+        assert toasted == 0  # 2.9 KB compressed: no TOAST row, no TOAST index entry
+        assert stored == body
 
 
 # --- jobs queued in batches off the request thread --------------------------------------------
