@@ -15,6 +15,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from bot.config import Settings
 from bot.signatures import sign
 from evidence.synth import BASE_SHA, HEAD_SHA, SynthSpec, write_bundle
+from tests.standin import GitHubStandIn
 
 APP_ID = 424242
 WEBHOOK_SECRET = "webhook-secret-for-tests"
@@ -118,3 +119,29 @@ def bundle_zip(tmp: Path, vid: str, gpu: str = "H200", **spec: Any) -> bytes:
 
 def dumps(doc: Any) -> bytes:
     return orjson.dumps(doc)
+
+
+def populate(gh: GitHubStandIn) -> None:
+    """The repositories of the core loop: upstream, the candidate's fork, the runner repo
+    with its `rsi-verify.yml`."""
+    gh.add_repo(UPSTREAM, default_sha=BASE_SHA)
+    gh.add_repo(FORK, fork=True)
+    gh.add_branch(FORK, HEAD_REF, HEAD_SHA)
+    gh.add_repo(RUNNER)
+    gh.add_workflow(
+        RUNNER,
+        "rsi-verify.yml",
+        inputs=[
+            "verification_id",
+            "repo",
+            "pr",
+            "base_sha",
+            "head_repo",
+            "head_sha",
+            "task",
+            "gpu",
+            "rounds",
+            "modes",
+        ],
+        required=["verification_id", "gpu"],
+    )

@@ -11,7 +11,6 @@ from flask.testing import FlaskClient
 from bot import runtime
 from bot.app import create_app
 from bot.db import upgrade
-from evidence.synth import BASE_SHA, HEAD_SHA
 from tests import appkit
 from tests.bundles import clean_bundle
 from tests.standin import GitHubStandIn, serve
@@ -36,27 +35,7 @@ def bundle(tmp_path: Path, _clean_template: Path) -> Path:
 def github() -> Iterator[GitHubStandIn]:
     """GitHub at the HTTP boundary: upstream, the candidate's fork, the runner repo."""
     with serve(app_id=appkit.APP_ID) as gh:
-        gh.add_repo(appkit.UPSTREAM, default_sha=BASE_SHA)
-        gh.add_repo(appkit.FORK, fork=True)
-        gh.add_branch(appkit.FORK, appkit.HEAD_REF, HEAD_SHA)
-        gh.add_repo(appkit.RUNNER)
-        gh.add_workflow(
-            appkit.RUNNER,
-            "rsi-verify.yml",
-            inputs=[
-                "verification_id",
-                "repo",
-                "pr",
-                "base_sha",
-                "head_repo",
-                "head_sha",
-                "task",
-                "gpu",
-                "rounds",
-                "modes",
-            ],
-            required=["verification_id", "gpu"],
-        )
+        appkit.populate(gh)
         yield gh
 
 
