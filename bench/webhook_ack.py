@@ -376,19 +376,26 @@ def query(db_url: str, sql: str) -> tuple[Any, ...]:
     return tuple(row)
 
 
-def drain(db_url: str, worker: Proc, timeout: float) -> float:
-    """Seconds until every delivery row is `done` (the worker keeps running)."""
-    start = time.monotonic()
+def drain(db_url: str, worker: Proc, stall_s: float) -> float:
+    """Seconds until every delivery row is `done` (the worker keeps running); gives up
+    when no delivery was done for `stall_s` (a burst of 100,000 takes minutes)."""
+    start = last_progress = time.monotonic()
+    last_done = -1
     while True:
         total, done = query(
             db_url, "SELECT count(*), count(*) FILTER (WHERE status = 'done') FROM deliveries"
         )
+        now = time.monotonic()
         if done == total:
-            return time.monotonic() - start
+            return now - start
         if worker.popen.poll() is not None:
             raise RuntimeError(f"worker exited ({worker.popen.returncode}):\n{worker.tail()}")
-        if time.monotonic() - start > timeout:
-            raise RuntimeError(f"queue not drained after {timeout:.0f} s: {done}/{total} done")
+        if done != last_done:
+            last_done, last_progress = done, now
+        elif now - last_progress > stall_s:
+            raise RuntimeError(
+                f"queue not drained: {done}/{total} done, none in the last {stall_s:.0f} s"
+            )
         time.sleep(0.5)
 
 
@@ -493,7 +500,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--indent", type=int, default=None, help="pretty-print the body (GitHub sends compact)"
     )
-    ap.add_argument("--drain-timeout", type=float, default=600.0, help="seconds (600)")
+    ap.add_argument(
+        "--drain-stall", type=float, default=120.0,
+        help="give up draining after this many seconds without progress (120)",
+    )  # fmt: skip
     ap.add_argument("--logs", type=Path, help="copy the gunicorn and worker logs to this folder")
     args = ap.parse_args(argv)
 
@@ -600,7 +610,7 @@ def main(argv: list[str] | None = None) -> int:
 
         worker = Proc("worker", [str(BIN / "rsi-bot"), "worker"], env, tmp)
         try:
-            drain_s = drain(db_url, worker, args.drain_timeout)
+            drain_s = drain(db_url, worker, args.drain_stall)
             deadline = time.monotonic() + 30
             while huey.pending_count() and time.monotonic() < deadline:
                 time.sleep(0.2)  # leave no job behind (e.g. one the reconciler re-queued)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
@@ -24,6 +25,7 @@ UPSTREAM = "sgl-project/sglang-omni"
 FORK = "openrsi-bot/sglang-omni"
 RUNNER = "openrsi-bot/rsi-runners"
 HEAD_REF = "rsi/cosyvoice3-idle-threads"
+RUNNER_WORKFLOW = Path(__file__).resolve().parents[1] / "runners" / "workflows" / "rsi-verify.yml"
 
 
 @cache
@@ -123,25 +125,12 @@ def dumps(doc: Any) -> bytes:
 
 def populate(gh: GitHubStandIn) -> None:
     """The repositories of the core loop: upstream, the candidate's fork, the runner repo
-    with its `rsi-verify.yml`."""
+    with `rsi-verify.yml` taking the inputs the real workflow declares."""
     gh.add_repo(UPSTREAM, default_sha=BASE_SHA)
     gh.add_repo(FORK, fork=True)
     gh.add_branch(FORK, HEAD_REF, HEAD_SHA)
     gh.add_repo(RUNNER)
-    gh.add_workflow(
-        RUNNER,
-        "rsi-verify.yml",
-        inputs=[
-            "verification_id",
-            "repo",
-            "pr",
-            "base_sha",
-            "head_repo",
-            "head_sha",
-            "task",
-            "gpu",
-            "rounds",
-            "modes",
-        ],
-        required=["verification_id", "gpu"],
-    )
+    workflow = yaml.safe_load(RUNNER_WORKFLOW.read_text())
+    inputs = workflow[True]["workflow_dispatch"]["inputs"]  # YAML 1.1 reads `on:` as True
+    required = [name for name, spec in inputs.items() if spec.get("required")]
+    gh.add_workflow(RUNNER, RUNNER_WORKFLOW.name, inputs=list(inputs), required=required)
