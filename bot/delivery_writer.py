@@ -15,6 +15,7 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 Row = tuple[str, str, str, str]  # id, source, event, payload
@@ -22,17 +23,13 @@ MAX_BATCH = 64  # rows per INSERT: 256 parameters, well under PostgreSQL's 65,53
 
 _COLUMNS = "INSERT INTO deliveries (id, source, event, payload, status, attempts, received_at) "
 _ROW = "(%s, %s, %s, %s, 'queued', 0, now())"
-_statements: dict[int, str] = {}
 
 
+@cache
 def statement(rows: int) -> str:
     """The `INSERT` of `rows` deliveries; it returns the ids that were new."""
-    sql = _statements.get(rows)
-    if sql is None:
-        values = ", ".join([_ROW] * rows)
-        sql = f"{_COLUMNS}VALUES {values} ON CONFLICT (id) DO NOTHING RETURNING id"
-        _statements[rows] = sql
-    return sql
+    values = ", ".join([_ROW] * rows)
+    return f"{_COLUMNS}VALUES {values} ON CONFLICT (id) DO NOTHING RETURNING id"
 
 
 @dataclass(eq=False, slots=True)
