@@ -27,6 +27,7 @@ demo: $(VENV)/.installed
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/python -m tests.layers
 
 typecheck: $(VENV)/.installed-test
 	$(BIN)/mypy

@@ -4,7 +4,7 @@ GitHub's published `pull_request` `synchronize` example, serialized as GitHub de
 (compact JSON, 23.7 KB; `--indent 2` gives the pretty-printed 28.1 KB), signed once;
 every request gets its own `X-GitHub-Delivery`. wrk (`-t2 -c16 -d10s`,
 `bench/webhook_ack.lua`) drives `POST /webhooks/github` on
-`gunicorn -c python:bot.gunicorn_conf -w 2 -k gevent 'bot.app:create_app()'` (the
+`gunicorn -c python:bot.gunicorn_conf -w 2 -k gevent 'bot.web.app:create_app()'` (the
 Procfile's server and settings; `--worker-class gthread` for threads) backed by a fresh
 PostgreSQL database and a dedicated Redis DB, and, served by the same gunicorn command
 line, a bare Flask endpoint that only reads the body (`webhook_ack:bare_app()` below).
@@ -568,7 +568,7 @@ def main(argv: list[str] | None = None) -> int:
                 "bare", "webhook_ack:bare_app()", ports["bare"], env, tmp, server_flags(args)
             ),
             "app": gunicorn(
-                "app", "bot.app:create_app()", ports["app"], env, tmp, server_flags(args)
+                "app", "bot.web.app:create_app()", ports["app"], env, tmp, server_flags(args)
             ),
         }
         try:

@@ -119,12 +119,12 @@ def db_upgrade() -> None:
 )
 def worker(workers: int, metrics_port: int | None) -> None:
     """Run the queue consumer (the Procfile's `worker:`)."""
-    from bot import observability, runtime
+    from bot import observability, services
 
     settings = _settings()
     observability.configure_logging(settings)
     observability.init_sentry(settings, "worker")
-    rt = runtime.build(settings)
+    rt = services.build(settings)
     if metrics_port is not None:
         observability.serve_metrics(rt, metrics_port)
     rt.huey.create_consumer(workers=workers, worker_type="thread", periodic=True).run()
@@ -140,16 +140,16 @@ def serve(host: str, port: int, workers: int) -> None:
 
     from werkzeug.serving import make_server
 
-    from bot import observability, runtime
-    from bot.app import create_app
+    from bot import observability, services
     from bot.db import upgrade
+    from bot.web.app import create_app
 
     settings = _settings()
     observability.configure_logging(settings)
     observability.init_sentry(settings, "serve")
     upgrade(settings.DATABASE_URL)
-    rt = runtime.build(settings)
-    server = make_server(host, port, create_app(rt=rt), threaded=True)
+    rt = services.build(settings)
+    server = make_server(host, port, create_app(svc=rt), threaded=True)
     threading.Thread(target=server.serve_forever, name="web", daemon=True).start()
     click.echo(f"rsi-bot listening on http://{host}:{port} (database {settings.DATABASE_URL})")
     try:
@@ -161,10 +161,9 @@ def serve(host: str, port: int, workers: int) -> None:
 @main.command()
 def reconcile() -> None:
     """Re-queue lost work and time out silent runners now (the worker does it every minute)."""
-    from bot import runtime, tasks
+    from bot import services
 
-    runtime.build(_settings())
-    tasks.reconcile()
+    services.build(_settings()).queue.reconcile()
     click.echo("reconciled")
 
 
@@ -187,7 +186,7 @@ def setup(host: str, port: int, manifest: Path | None) -> None:
     from werkzeug.serving import make_server
 
     from bot import observability
-    from bot.setup import create_setup_app, load_setup_settings
+    from bot.web.setup import create_setup_app, load_setup_settings
 
     settings = load_setup_settings()
     if settings.APP_ID is not None:

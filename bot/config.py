@@ -47,8 +47,10 @@ class Settings(BaseSettings):
     RSI_RUNNER_REPO: str = Field(pattern=r"^[\w.-]+/[\w.-]+$")
     RSI_WORKFLOW: str = "rsi-verify.yml"
     RSI_TRUSTED_PUSHERS: str = ""
-    RSI_DEFAULT_ROUNDS: int = Field(default=5, ge=2, le=50)
-    RSI_DEFAULT_MODES: str = "streaming,non-streaming"
+    # A failed effect (a GitHub write, a bundle download) is retried this many times,
+    # waiting BACKOFF, 2×BACKOFF, … (at most 10 minutes), then the verification fails.
+    RSI_EFFECT_ATTEMPTS: int = Field(default=6, ge=1, le=50)
+    RSI_EFFECT_BACKOFF_S: float = Field(default=5.0, ge=0)
     RSI_RUN_TIMEOUT_S: int = Field(default=6 * 3600, ge=60)
     RSI_LEASE_S: int = Field(default=600, ge=5)
     SENTRY_DSN: SecretStr | None = None
@@ -86,10 +88,6 @@ class Settings(BaseSettings):
         return frozenset(
             x.strip().lower() for x in self.RSI_TRUSTED_PUSHERS.split(",") if x.strip()
         )
-
-    @property
-    def modes(self) -> list[str]:
-        return [m.strip() for m in self.RSI_DEFAULT_MODES.split(",") if m.strip()]
 
 
 KEY_MISSING = "set PRIVATE_KEY or PRIVATE_KEY_PATH (the App's private key)"

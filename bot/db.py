@@ -116,6 +116,27 @@ class Database:
         with self.engine.begin() as conn:
             return bool(conn.execute(stmt).rowcount)
 
+    def stored_delivery_ids(self, ids: list[str]) -> set[str]:
+        """Which of these GitHub delivery ids (`X-GitHub-Delivery` guids) are stored: a
+        failed delivery GitHub lists may still have been stored (the 500 came after the
+        commit), and only the others need a redelivery."""
+        from sqlalchemy import select
+
+        from bot.models import Delivery
+
+        found: set[str] = set()
+        with self.session() as s:
+            for start in range(0, len(ids), 1000):  # bounded IN lists
+                chunk = ids[start : start + 1000]
+                found.update(
+                    s.scalars(
+                        select(Delivery.id).where(
+                            Delivery.source == "github", Delivery.id.in_(chunk)
+                        )
+                    )
+                )
+        return found
+
     def _connect_writer(self) -> Any:
         """An autocommit psycopg connection for the delivery writer, taken out of the
         pool (same connect arguments) and kept by it."""

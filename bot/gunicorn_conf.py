@@ -1,6 +1,6 @@
 """gunicorn settings for the web process (the Procfile's `web:`):
 
-    gunicorn -c python:bot.gunicorn_conf 'bot.app:create_app()'
+    gunicorn -c python:bot.gunicorn_conf 'bot.web.app:create_app()'
 
 gevent workers: a webhook's acknowledgement is mostly waiting for PostgreSQL to commit,
 and a greenlet waits for a fraction of what an OS thread's sleep and wake-up cost. The

@@ -12,6 +12,7 @@ from sqlalchemy import (
     DateTime,
     Float,
     ForeignKey,
+    Index,
     Integer,
     String,
     Text,
@@ -19,17 +20,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-# Verification states, in the order a verification normally passes through them.
-QUEUED, DISPATCHED, RUNNING, INGESTING = "queued", "dispatched", "running", "ingesting"
-PUBLISHED, FAILED, CANCELLED, SUPERSEDED, TIMED_OUT = (
-    "published",
-    "failed",
-    "cancelled",
-    "superseded",
-    "timed-out",
-)
-ACTIVE = (QUEUED, DISPATCHED, RUNNING, INGESTING)
-FINAL = (PUBLISHED, FAILED, CANCELLED, SUPERSEDED, TIMED_OUT)
+from bot.verification.machine import ACTIVE, FINAL, JobState, State
+
+ACTIVE_STATES = tuple(s.value for s in ACTIVE)
+FINAL_STATES = tuple(s.value for s in FINAL)
 
 
 def utcnow() -> dt.datetime:
@@ -114,8 +108,15 @@ class Verification(Base):
     review_round: Mapped[bool] = mapped_column(default=False)
     requested_by: Mapped[str | None] = mapped_column(String(100))
     superseded_by: Mapped[str | None] = mapped_column(String(40))
-    state: Mapped[str] = mapped_column(String(20), default=QUEUED, index=True)
+    state: Mapped[str] = mapped_column(String(20), default=State.QUEUED.value, index=True)
+    # Bumped by every transition: a transition is a compare-and-set on it.
+    version: Mapped[int] = mapped_column(Integer, default=0)
+    # Why it ended without (new) evidence: {"code", "params"} (bot.verification.reasons).
+    end_reason: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # The verdict's one-line reason, from the evidence.
     reason: Mapped[str | None] = mapped_column(Text)
+    # Other PRs merged in the compared range, as the evidence lists them.
+    attribution: Mapped[list[Any] | None] = mapped_column(JSON)
     verdict: Mapped[str | None] = mapped_column(String(20))
     claim_status: Mapped[str | None] = mapped_column(String(20))
     headline: Mapped[dict[str, Any] | None] = mapped_column(JSON)
@@ -140,7 +141,10 @@ class RunnerJob(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     verification_id: Mapped[str] = mapped_column(ForeignKey("verifications.id"))
     gpu: Mapped[str] = mapped_column(String(20))
-    state: Mapped[str] = mapped_column(String(20), default="pending")
+    state: Mapped[str] = mapped_column(String(20), default=JobState.PENDING.value)
+    end_reason: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # Set before the dispatch request: after a crash, look for the run before asking again.
+    dispatch_requested_at: Mapped[dt.datetime | None]
     workflow_run_id: Mapped[int | None] = mapped_column(BigInteger, index=True)
     html_url: Mapped[str | None] = mapped_column(String(500))
     conclusion: Mapped[str | None] = mapped_column(String(40))
@@ -148,6 +152,22 @@ class RunnerJob(Base):
     dispatched_at: Mapped[dt.datetime | None]
     completed_at: Mapped[dt.datetime | None]
     verification: Mapped[Verification] = relationship(back_populates="jobs")
+
+
+class Effect(Base):
+    """The outbox: effects of a transition, stored with it and carried out after it."""
+
+    __tablename__ = "effects"
+    __table_args__ = (Index("ix_effects_pending", "verification_id", "done_at"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    verification_id: Mapped[str] = mapped_column(ForeignKey("verifications.id"))
+    kind: Mapped[str] = mapped_column(String(40))
+    params: Mapped[dict[str, Any]] = mapped_column(JSON)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_at: Mapped[dt.datetime | None]
+    done_at: Mapped[dt.datetime | None]
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
 
 
 class Approval(Base):

@@ -56,7 +56,7 @@ from pydantic import (
     field_validator,
 )
 
-from bot.gh import GitHubApp
+from bot.github.client import GitHubApp
 from evidence.policy import Policy
 
 log = logging.getLogger(__name__)
@@ -102,6 +102,7 @@ Mode = Annotated[ModeName, BeforeValidator(_lower)]
 Logins = Annotated[list[Login], BeforeValidator(_as_list)]
 Pct = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
+MIN_ROUNDS = 3  # fewer rounds a side give no usable interval
 _STRICT = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
@@ -140,10 +141,19 @@ class Thresholds(BaseModel):
 class Budget(BaseModel):
     model_config = _STRICT
 
-    max_rounds: int = Field(default=10, ge=2, le=50, description="most rounds one command asks")
+    max_rounds: int = Field(
+        default=10, ge=MIN_ROUNDS, le=50, description="most rounds one command asks"
+    )
     max_running: int = Field(
         default=2, ge=1, le=50, description="verifications running at once, this repository"
     )
+
+
+@dataclass(frozen=True)
+class Plan:
+    gpus: list[str]
+    rounds: int
+    modes: list[str]
 
 
 class RepoConfig(BaseModel):
@@ -158,7 +168,7 @@ class RepoConfig(BaseModel):
     )
     # budget comes before rounds so that the rounds check sees it (and is reported at rounds).
     budget: Budget = Field(default_factory=Budget)
-    rounds: int = Field(default=5, ge=2, le=50)
+    rounds: int = Field(default=5, ge=MIN_ROUNDS, le=50)
     modes: Annotated[list[Mode], BeforeValidator(_as_list), Field(min_length=1)] = Field(
         default_factory=lambda: list[ModeName](["streaming", "non-streaming"])
     )
@@ -206,14 +216,34 @@ class RepoConfig(BaseModel):
 
     def rounds_problem(self, rounds: int) -> str | None:
         """Why a command may not ask `rounds` (None when it may)."""
-        if rounds < 2:
-            return f"at least 2 rounds are needed, {rounds} asked"
+        if rounds < MIN_ROUNDS:
+            return f"at least {MIN_ROUNDS} rounds a side are needed for an interval, {rounds} asked"
         if rounds > self.budget.max_rounds:
             return (
                 f"{rounds} rounds is more than this repository's budget "
                 f"({self.budget.max_rounds}, `budget.max_rounds` in `{CONFIG_PATH}`)"
             )
         return None
+
+    def plan(self, *, gpus: Sequence[str] | None = None, rounds: int | None = None) -> Plan | str:
+        """What a verification asked with these GPUs and rounds will run, or why it may
+        not: the one place where the repository's `gpus`, `rounds` and `modes` apply
+        (intake, pushes and commands alike)."""
+        chosen = list(self.gpus)
+        if gpus:
+            asked = _unique([g.upper() for g in gpus])
+            outside = [g for g in asked if g not in self.gpus]
+            if outside:
+                return (
+                    f"{', '.join(outside)} {'is' if len(outside) == 1 else 'are'} not among "
+                    f"this repository's GPUs ({', '.join(self.gpus)}; `gpus` in `{CONFIG_PATH}`)"
+                )
+            chosen = asked
+        n = self.rounds if rounds is None else rounds
+        problem = self.rounds_problem(n)
+        if problem:
+            return problem
+        return Plan(gpus=[str(g) for g in chosen], rounds=n, modes=[str(m) for m in self.modes])
 
     def summary(self) -> str:
         """One line for humans: what a verification will do under this config."""

@@ -54,6 +54,12 @@ _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # ----------------------------------------------------------------------------- Jinja
 
 
+def environment() -> Environment:
+    """The one template environment of the project: the evidence's and the App's words
+    share its filters, so a figure reads the same everywhere."""
+    return _env()
+
+
 @functools.cache
 def _env() -> Environment:
     """The one template environment, created on first use.

@@ -49,7 +49,7 @@ def settings(tmp: Path, api_url: str, **overrides: Any) -> Settings:
         "QUEUE_PATH": tmp / "queue.db",
         "ARTIFACT_STORE": str(tmp / "artifacts"),
         "RSI_RUNNER_REPO": RUNNER,
-        "RSI_DEFAULT_ROUNDS": 3,
+        "RSI_EFFECT_BACKOFF_S": 0,
         "GITHUB_READ_INTERVAL_S": 0,
         "GITHUB_WRITE_INTERVAL_S": 0,
         "RSI_TRUSTED_PUSHERS": "openrsi-bot",

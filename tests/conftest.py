@@ -8,8 +8,8 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from bot import runtime
-from bot.app import create_app
+from bot import services
+from bot.web.app import create_app
 from bot.db import upgrade
 from tests import appkit
 from tests.bundles import clean_bundle
@@ -43,8 +43,8 @@ def github() -> Iterator[GitHubStandIn]:
 def app(tmp_path: Path, github: GitHubStandIn) -> Iterator[Flask]:
     settings = appkit.settings(tmp_path, github.url)
     upgrade(settings.DATABASE_URL)
-    rt = runtime.build(settings, immediate=True)
-    yield create_app(rt=rt)
+    rt = services.build(settings, immediate=True)
+    yield create_app(svc=rt)
     rt.db.dispose()
 
 

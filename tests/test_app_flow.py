@@ -12,7 +12,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from bot import runtime
+from bot import services
 from bot.models import Delivery, Verification
 from evidence.render import COMMENT_MARKER, SECTION_END, SECTION_START
 from evidence.synth import BASE_SHA, HEAD_SHA
@@ -20,8 +20,8 @@ from tests import appkit
 from tests.standin import GitHubStandIn
 
 
-def rt(app: Flask) -> runtime.Runtime:
-    r: runtime.Runtime = app.extensions["rsi"]
+def rt(app: Flask) -> services.Services:
+    r: services.Services = app.extensions["rsi"]
     return r
 
 

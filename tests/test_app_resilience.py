@@ -12,7 +12,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from bot import runtime, tasks
-from bot.app import create_app
+from bot.web.app import create_app
 from bot.db import upgrade
 from bot.models import INGESTING, Verification
 from evidence.render import COMMENT_MARKER
@@ -45,7 +45,7 @@ def legacy() -> Iterator[GitHubStandIn]:
 def _app(tmp_path: Path, gh: GitHubStandIn, **overrides: object) -> Flask:
     settings = appkit.settings(tmp_path, gh.url, **overrides)
     upgrade(settings.DATABASE_URL)
-    return create_app(rt=runtime.build(settings, immediate=True))
+    return create_app(svc=services.build(settings, immediate=True))
 
 
 def test_github_502_then_success_is_retried(tmp_path: Path, github: GitHubStandIn) -> None:
@@ -128,7 +128,7 @@ def test_a_lost_publish_job_is_requeued_once(tmp_path: Path, github: GitHubStand
     reconciler finds the verification stuck past its lease and publishes it — once."""
     app = _app(tmp_path, github, RSI_LEASE_S=5)
     client = app.test_client()
-    rt: runtime.Runtime = app.extensions["rsi"]
+    rt: services.Services = app.extensions["rsi"]
     vid = promote(client)["verification_id"]
     # The worker took the job (lease set) and died before publishing anything.
     real_publish = rt.tasks.publish
@@ -159,7 +159,7 @@ def test_a_lost_publish_job_is_requeued_once(tmp_path: Path, github: GitHubStand
 
 def test_runner_that_never_reports_back_times_out(tmp_path: Path, github: GitHubStandIn) -> None:
     app = _app(tmp_path, github, RSI_RUN_TIMEOUT_S=60)
-    rt: runtime.Runtime = app.extensions["rsi"]
+    rt: services.Services = app.extensions["rsi"]
     vid = promote(app.test_client())["verification_id"]
     with rt.db.session() as s:
         v = s.get(Verification, vid)
@@ -182,7 +182,7 @@ def test_a_delivery_left_queued_is_processed_by_the_reconciler(
     from tests.standin import example
 
     app = _app(tmp_path, github)
-    rt: runtime.Runtime = app.extensions["rsi"]
+    rt: services.Services = app.extensions["rsi"]
     rt.enqueue_delivery = lambda _d: None  # type: ignore[method-assign]  # the queue was down
     client: FlaskClient = app.test_client()
     assert deliver(client, "installation", example("installation", "created"), "lost-1") == 202
@@ -205,7 +205,7 @@ def test_a_requeued_delivery_runs_its_handlers_once(tmp_path: Path, github: GitH
     from tests.standin import example
 
     app = _app(tmp_path, github)
-    rt: runtime.Runtime = app.extensions["rsi"]
+    rt: services.Services = app.extensions["rsi"]
     client: FlaskClient = app.test_client()
     assert deliver(client, "installation", example("installation", "created"), "twice") == 202
     tasks.process_delivery("twice")
@@ -226,7 +226,7 @@ def test_a_backlog_delays_requeueing_a_queued_delivery(
 
     settings = appkit.settings(tmp_path, github.url, RSI_LEASE_S=600)
     upgrade(settings.DATABASE_URL)
-    rt = runtime.build(settings)  # a real (SQLite) queue, no consumer
+    rt = services.build(settings)  # a real (SQLite) queue, no consumer
     try:
         for i in range(3):
             assert rt.db.store_delivery(f"wait-{i}", "github", "installation", "{}")

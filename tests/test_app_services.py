@@ -13,8 +13,8 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from bot import runtime
-from bot.app import create_app
+from bot import services
+from bot.web.app import create_app
 from bot.db import upgrade
 from bot.models import Verification
 from evidence.render import COMMENT_MARKER
@@ -52,14 +52,14 @@ def deployed(
             ARTIFACT_STORE="s3://rsi-artifacts/evidence",
         )
         upgrade(settings.DATABASE_URL)
-        rt = runtime.build(settings)
+        rt = services.build(settings)
         saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         consumer = rt.huey.create_consumer(
             workers=2, worker_type="thread", periodic=False, check_worker_health=False
         )
         consumer.start()
         try:
-            yield create_app(rt=rt)
+            yield create_app(svc=rt)
         finally:
             consumer.stop(graceful=True)
             for sig, handler in saved.items():
@@ -69,7 +69,7 @@ def deployed(
 
 
 def state(app: Flask, vid: str) -> Verification:
-    rt: runtime.Runtime = app.extensions["rsi"]
+    rt: services.Services = app.extensions["rsi"]
     with rt.db.session() as s:
         v = s.get(Verification, vid)
         assert v is not None
@@ -115,7 +115,7 @@ def test_core_loop_on_postgres_redis_and_s3(
     }
     assert f"evidence/bundles/{vid}/h200.zip" in keys
     assert f"evidence/reports/{vid}/report.html" in keys
-    rt: runtime.Runtime = deployed.extensions["rsi"]
+    rt: services.Services = deployed.extensions["rsi"]
     page = client.get(rt.report_url(vid).removeprefix("https://rsi.example.com"))
     assert page.status_code == 200
     completions = [

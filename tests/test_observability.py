@@ -27,8 +27,8 @@ GHP = "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"
 JWT = "eyJhbGciOiJSUzI1NiJ9.eyJpc3MiOjQyNDI0MiwiZXhwIjoxfQ.c2lnbmF0dXJlLWJ5dGVz"
 
 
-def rt(app: Flask) -> runtime.Runtime:
-    r: runtime.Runtime = app.extensions["rsi"]
+def rt(app: Flask) -> services.Services:
+    r: services.Services = app.extensions["rsi"]
     return r
 
 
@@ -334,13 +334,13 @@ def test_log_lines_carry_the_delivery_id(
     records: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    records.set_level(logging.DEBUG, logger="bot.webhooks")  # "queued" is a DEBUG line
+    records.set_level(logging.DEBUG, logger="bot.web.webhooks")  # "queued" is a DEBUG line
     assert deliver(client, "installation", example("installation", "created"), "log-1") == 202
-    queued = [r for r in records.records if r.name == "bot.webhooks"]
+    queued = [r for r in records.records if r.name == "bot.web.webhooks"]
     assert queued
     assert all(getattr(r, "delivery_id", None) == "log-1" for r in queued)
     line = observability.ContextFormatter().format(queued[-1])
-    assert " bot.webhooks delivery=log-1: delivery log-1 queued" in line
+    assert " bot.web.webhooks delivery=log-1: delivery log-1 queued" in line
     done = [r for r in records.records if r.name == "bot.tasks"]  # the job's INFO line
     line = observability.ContextFormatter().format(done[-1])
     assert " bot.tasks delivery=log-1: delivery log-1 (installation.created) done: " in line
@@ -349,7 +349,7 @@ def test_log_lines_carry_the_delivery_id(
     records.clear()
     assert deliver(client, "ping", example("ping"), "log-bad", secret="wrong") == 401
     assert [
-        getattr(r, "delivery_id", None) for r in records.records if r.name == "bot.webhooks"
+        getattr(r, "delivery_id", None) for r in records.records if r.name == "bot.web.webhooks"
     ] == ["log-bad"]
 
     # The job binds it too, outside any request (as in `rsi-bot worker`).

@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from bot import repo_config
-from bot.gh import GitHubApp
+from bot.github.client import GitHubApp
 from bot.repo_config import CONFIG_PATH, ConfigCache, ConfigResult, RepoConfig, parse, render_error
 from evidence.policy import Policy
 from tests import appkit

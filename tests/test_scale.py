@@ -50,7 +50,6 @@ def _env(github: GitHubStandIn, db_url: str, redis_url: str, store: Path) -> dic
             "ARTIFACT_STORE": str(store),
             "GITHUB_READ_INTERVAL_S": "0",
             "GITHUB_WRITE_INTERVAL_S": "0",
-            "RSI_DEFAULT_ROUNDS": "3",
             "RSI_TRUSTED_PUSHERS": "openrsi-bot",
         }
     )
@@ -78,7 +77,7 @@ def cluster(github: GitHubStandIn, tmp_path: Path) -> Iterator[tuple[list[str], 
                             "1",
                             "-b",
                             f"127.0.0.1:{port}",
-                            "bot.app:create_app()",
+                            "bot.web.app:create_app()",
                         ],
                         env=env,
                         cwd=tmp_path,

@@ -326,6 +326,54 @@ def test_reactions_permissions_contents_and_compare(standin: GitHubStandIn, clie
     assert (comparison.status, comparison.ahead_by, comparison.behind_by) == ("diverged", 3, 2)
 
 
+def test_compare_lists_its_commits_paged_like_github(
+    standin: GitHubStandIn, client: Github
+) -> None:
+    shas = [f"{i:040x}" for i in range(1, 261)]
+    standin.set_compare(UPSTREAM, BASE_SHA, HEAD_SHA, commits=shas)
+    repo = client.get_repo(UPSTREAM)
+
+    comparison = repo.compare(BASE_SHA, HEAD_SHA, comparison_commits_per_page=100)
+    assert (comparison.ahead_by, comparison.total_commits) == (260, 260)
+    listed = list(comparison.commits)
+    assert [c.sha for c in listed] == shas  # oldest first, every page
+    assert standin.count("GET", r"/compare/") == 3
+    assert [p.sha for p in listed[1].parents] == [shas[0]]
+    assert listed[0].parents[0].sha == BASE_SHA
+    with _session(_mint(standin, UPSTREAM)) as http:
+        unpaged = http.get(f"{standin.url}/repos/{UPSTREAM}/compare/{BASE_SHA}...{HEAD_SHA}")
+    assert [c["sha"] for c in unpaged.json()["commits"]] == shas[-250:]  # the newest 250
+    assert "Link" not in unpaged.headers
+
+
+def test_merged_pulls_and_the_commit_to_pull_lookup(standin: GitHubStandIn, client: Github) -> None:
+    a, b, merge = "a" * 40, "b" * 40, "c" * 40
+    when = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+    standin.add_merged_pull(
+        UPSTREAM, 11, "Faster decode", [a, b], merged_at=when, merge_commit_sha=merge
+    )
+    opened = standin.add_pull(UPSTREAM, head="feature", head_sha="d" * 40, number=7)
+    repo = client.get_repo(UPSTREAM)
+
+    pull = repo.get_pull(11)
+    assert (pull.merged, pull.merged_at, pull.merge_commit_sha) == (True, when, merge)
+    assert pull.state == "closed"
+    for sha in (a, b, merge):
+        found = list(repo.get_commit(sha).get_pulls())
+        assert [(p.number, p.merged_at) for p in found] == [(11, when)]
+    commit = repo.get_commit(merge)
+    assert (commit.commit.message, [p.sha for p in commit.parents]) == ("Faster decode", [b])
+    assert [p.number for p in repo.get_commit(opened["head"]["sha"]).get_pulls()] == [7]
+    assert repo.get_commit("main").sha == BASE_SHA  # a branch resolves to its head
+
+    standin.add_merged_pull(UPSTREAM, 7, "Now merged", ["d" * 40], merged_at=when)
+    assert repo.get_pull(7).merged
+    with pytest.raises(GithubException) as refused:
+        repo.get_commit("e" * 40)
+    assert refused.value.status == 422
+    assert standin.count("GET", r"/commits/[0-9a-f]{40}/pulls$") == 4
+
+
 # --- check runs ---------------------------------------------------------------------------
 
 
@@ -506,6 +554,82 @@ def test_workflow_run_completed_webhook_from_githubs_example(standin: GitHubStan
     text = json.dumps(event)
     assert "Codertocat" not in text
     assert "octo-org" not in text
+
+
+# --- the App's webhook deliveries ---------------------------------------------------------
+
+
+def _app_session() -> requests.Session:
+    session = _session()
+    session.headers["Authorization"] = f"Bearer {Auth.AppAuth(APP_ID, _key_pair()[0]).create_jwt()}"
+    return session
+
+
+def test_hook_deliveries_newest_first_paged_by_cursor(standin: GitHubStandIn) -> None:
+    for i in range(250):
+        payload = {"action": "created", "installation": {"id": 7}, "n": i}
+        standin.record_hook_delivery(f"guid-{i}", "installation", "created", 202, payload)
+    standin.record_hook_delivery("guid-0", "installation", "created", 500, redelivery=True)
+    assert requests.get(f"{standin.url}/app/hook/deliveries", timeout=10).status_code == 401
+    with _app_session() as http:
+        pages = [http.get(f"{standin.url}/app/hook/deliveries", params={"per_page": 100})]
+        while "next" in pages[-1].links:
+            pages.append(http.get(pages[-1].links["next"]["url"]))
+        failures = http.get(f"{standin.url}/app/hook/deliveries", params={"status": "failure"})
+        bad = http.get(f"{standin.url}/app/hook/deliveries", params={"cursor": "page-2"})
+    assert [p.status_code for p in pages] == [200, 200, 200]
+    assert [len(p.json()) for p in pages] == [100, 100, 51]
+    assert set(pages[0].links) == {"next"}  # a cursor, no page numbers or "last"
+    assert re.search(r"[?&]cursor=v1_\d+", pages[0].links["next"]["url"])
+    assert "per_page=100" in pages[0].links["next"]["url"]
+    listed = [d for p in pages for d in p.json()]
+    ids = [d["id"] for d in listed]
+    assert ids == sorted(ids, reverse=True)  # newest first
+    assert len(set(ids)) == 251  # each attempt once
+    newest, oldest = listed[0], listed[-1]
+    assert (newest["guid"], newest["redelivery"], newest["status_code"]) == ("guid-0", True, 500)
+    assert newest["status"] == "Invalid HTTP Response: 500"
+    assert (oldest["guid"], oldest["status"], oldest["installation_id"]) == ("guid-0", "OK", 7)
+    assert [d["guid"] for d in failures.json()] == ["guid-0"]
+    assert bad.status_code == 400
+    errors = _take_errors(standin)
+    assert "needs 'Authorization: Bearer <App JWT>'" in errors[0]
+    assert "cursor 'page-2'" in errors[1]
+
+
+def test_redelivery_resends_the_payload_and_lists_a_new_attempt(standin: GitHubStandIn) -> None:
+    sent: list[tuple[bytes, dict[str, str]]] = []
+
+    def app_answers(body: bytes, headers: dict[str, str]) -> int:
+        sent.append((body, headers))
+        return 202
+
+    body = b'{"action": "created", "installation": {"id": 7}}'
+    headers = {
+        "X-GitHub-Delivery": "g-1",
+        "X-GitHub-Event": "installation",
+        "X-Hub-Signature-256": sign(body, "s"),
+    }
+    failed = standin.record_hook_delivery("g-1", "installation", "created", 500, body, headers)
+    standin.webhook_target = app_answers
+    with _app_session() as http:
+        asked = http.post(f"{standin.url}/app/hook/deliveries/{failed.id}/attempts")
+        standin.wait_for_redeliveries()
+        unknown = http.post(f"{standin.url}/app/hook/deliveries/12345/attempts")
+        listed = http.get(f"{standin.url}/app/hook/deliveries").json()
+    assert asked.status_code == 202
+    assert sent == [(body, headers)]  # the same bytes and headers (the same signature)
+    assert unknown.status_code == 404
+    again, first = listed
+    assert (again["guid"], again["redelivery"], again["status_code"]) == ("g-1", True, 202)
+    assert (first["id"], first["redelivery"], first["status_code"]) == (failed.id, False, 500)
+    assert again["id"] > first["id"]
+    assert [r.operation for r in standin.matching("POST")] == [
+        "apps/redeliver-webhook-delivery",
+        "apps/redeliver-webhook-delivery",
+    ]
+    errors = _take_errors(standin)
+    assert errors == ["POST /app/hook/deliveries/12345/attempts: no hook delivery 12345"]
 
 
 # --- strictness -----------------------------------------------------------------------------

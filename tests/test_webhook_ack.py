@@ -17,12 +17,12 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from bot import runtime, tasks
-from bot.app import create_app
+from bot.web.app import create_app
 from bot.batcher import Batcher
 from bot.db import Database, upgrade
 from bot.delivery_writer import DeliveryWriter, Row
 from bot.models import Delivery
-from bot.webhooks import NOT_JSON
+from bot.web.webhooks import NOT_JSON
 from tests import appkit
 from tests.services import postgres_database, redis_db
 from tests.standin import GitHubStandIn, example
@@ -301,9 +301,9 @@ def test_deliveries_reach_redis_in_batch_jobs_and_fan_out(
     with postgres_database() as db_url, redis_db() as redis_url:
         settings = appkit.settings(tmp_path, github.url, DATABASE_URL=db_url, REDIS_URL=redis_url)
         upgrade(db_url)
-        rt = runtime.build(settings)  # a real Redis queue, no consumer yet
+        rt = services.build(settings)  # a real Redis queue, no consumer yet
         try:
-            client = create_app(rt=rt).test_client()
+            client = create_app(svc=rt).test_client()
             ids = [f"batch-{i}" for i in range(40)]
             for delivery in ids:
                 assert deliver(client, "installation", example("installation", "created"), delivery)

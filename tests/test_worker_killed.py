@@ -13,7 +13,7 @@ from pathlib import Path
 from flask import Flask
 from flask.testing import FlaskClient
 
-from bot import runtime
+from bot import services
 from bot.models import INGESTING, Verification
 from evidence.render import COMMENT_MARKER
 from tests import appkit
@@ -23,7 +23,7 @@ from tests.test_app_flow import finish_run, promote, verification
 RSI = str(Path(sys.executable).with_name("rsi-bot"))
 
 
-def _env(rt: runtime.Runtime) -> dict[str, str]:
+def _env(rt: services.Services) -> dict[str, str]:
     s = rt.settings
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
     env.update(
@@ -54,7 +54,7 @@ def _state(app: Flask, vid: str) -> Verification:
 def test_worker_killed_mid_publish(
     app: Flask, client: FlaskClient, github: GitHubStandIn, tmp_path: Path
 ) -> None:
-    rt: runtime.Runtime = app.extensions["rsi"]
+    rt: services.Services = app.extensions["rsi"]
     real = rt.tasks.publish
     rt.tasks.publish = lambda _vid: None  # type: ignore[method-assign]  # left for the worker
     vid = promote(client)["verification_id"]
@@ -70,7 +70,7 @@ def test_worker_killed_mid_publish(
             "-c",
             (
                 "from bot.config import load_settings; from bot import runtime; "
-                f"runtime.build(load_settings()).tasks.publish({vid!r})"
+                f"services.build(load_settings()).tasks.publish({vid!r})"
             ),
         ],
         env=env,

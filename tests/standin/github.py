@@ -124,6 +124,25 @@ def _replace_strings(node: Any, replacements: Sequence[tuple[str, str]]) -> Any:
     return node
 
 
+@dataclass
+class _Commit:
+    """A commit the test declared (compare ranges, merged PRs), rendered on every read."""
+
+    sha: str
+    message: str
+    author: str
+    date: datetime
+    parents: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Merge:
+    """How a PR was merged: ``merged_at`` and the commit the merge left on its base."""
+
+    merged_at: datetime
+    merge_commit_sha: str
+
+
 # --- plumbing for handlers ---------------------------------------------------------------
 
 
@@ -218,6 +237,32 @@ class _QuietHandler(WSGIRequestHandler):
         pass
 
 
+@dataclass
+class HookAttempt:
+    """One attempt to deliver a webhook to the App, as ``GET /app/hook/deliveries`` lists
+    it: GitHub lists every attempt (a redelivery too) as its own entry under one ``guid``."""
+
+    id: int
+    guid: str
+    event: str
+    action: str | None
+    status_code: int
+    delivered_at: datetime
+    payload: bytes  # what was sent, re-sent as is by a redelivery
+    headers: dict[str, str]
+    redelivery: bool = False
+    duration: float = 0.0
+
+    @property
+    def status(self) -> str:
+        """GitHub's wording: "OK", "Invalid HTTP Response: 500", "failed to connect"."""
+        if self.status_code == 0:
+            return "failed to connect"
+        if 200 <= self.status_code < 300:
+            return "OK"
+        return f"Invalid HTTP Response: {self.status_code}"
+
+
 # --- the stand-in ------------------------------------------------------------------------
 
 
@@ -270,6 +315,11 @@ class GitHubStandIn:
         self.response_errors: list[str] = []
         self.tokens_issued = 0
         self.dispatches: list[JSONDict] = []
+        # The App's webhook: every attempt GitHub made (record_hook_delivery), and where a
+        # redelivery is sent: ``(body, headers) -> HTTP status`` the App answered.
+        self.hook_attempts: list[HookAttempt] = []
+        self.webhook_target: Callable[[bytes, dict[str, str]], int] | None = None
+        self._redeliveries: list[threading.Thread] = []
 
         self.installations: dict[int, Installation] = {}
         self.repos: dict[str, Repo] = {}  # lower-case full name → repo
@@ -283,6 +333,9 @@ class GitHubStandIn:
         self.artifacts: dict[int, Artifact] = {}
         self.blobs: dict[str, Blob] = {}
         self.manifest_apps: dict[str, ManifestApp] = {}  # code → App made from a manifest
+        self.commits: dict[str, dict[str, _Commit]] = {}  # lower-case repo → sha → commit
+        self.commit_pulls: dict[str, dict[str, list[int]]] = {}  # repo → sha → PR numbers
+        self.merges: dict[int, _Merge] = {}  # PR id → its merge
         self._faults: list[Fault] = []
         self._user_ids: dict[str, int] = {}
         self._ids = itertools.count(1_000_001)
@@ -341,6 +394,8 @@ class GitHubStandIn:
         if server is None:
             return
         self._server = self._thread = None
+        for redelivery in list(self._redeliveries):
+            redelivery.join(timeout=10)
         server.shutdown()
         # Keep-alive connections would otherwise hold their handler threads (and
         # server_close, which joins them) until the client hangs up.
@@ -524,19 +579,103 @@ class GitHubStandIn:
         head: str,
         *,
         status: str = "ahead",
-        ahead_by: int = 1,
+        ahead_by: int | None = None,
         behind_by: int = 0,
+        commits: Sequence[str] | None = None,
         **fields: Any,
     ) -> None:
-        """What ``GET /compare/{base}...{head}`` answers (extra ``fields`` override)."""
+        """What ``GET /compare/{base}...{head}`` answers (extra ``fields`` override).
+
+        ``commits``: the SHAs only ``head`` has, oldest first, as GitHub lists them (paged
+        with ``page``/``per_page``; without either, the newest 250). Commits not declared
+        by :meth:`add_merged_pull` are made up, each the child of the one before.
+        ``ahead_by`` defaults to their number (1 without ``commits``).
+        """
         with self._lock:
-            self.repo(repo).compares[f"{base}...{head}"] = {
+            target = self.repo(repo)
+            shas = list(commits or [])
+            parent = base
+            for sha in shas:
+                self._declare_commit(target, sha, parent=parent)
+                parent = sha
+            ahead = ahead_by if ahead_by is not None else (len(shas) if commits is not None else 1)
+            target.compares[f"{base}...{head}"] = {
                 "status": status,
-                "ahead_by": ahead_by,
+                "ahead_by": ahead,
                 "behind_by": behind_by,
-                "total_commits": ahead_by,
+                "total_commits": ahead,
+                "commits": shas,
                 **fields,
             }
+
+    def add_merged_pull(
+        self,
+        repo: str,
+        number: int,
+        title: str,
+        commits: Sequence[str],
+        *,
+        merged_at: datetime | None = None,
+        merge_commit_sha: str | None = None,
+        base: str | None = None,
+        user: str = "octocat",
+    ) -> JSONDict:
+        """A PR merged into ``base`` (default branch) at ``merged_at`` (now), with its
+        ``commits`` (oldest first): ``GET /commits/{sha}/pulls`` answers it for each of
+        them and for ``merge_commit_sha`` (default: the last commit, as a squash leaves
+        it). An existing PR ``number`` (an open one of :meth:`add_pull`) becomes merged."""
+        if not commits:
+            raise ValueError("a merged PR has at least one commit")
+        with self._lock:
+            target = self.repo(repo)
+            when = merged_at or self.clock()
+            pull = self.pulls[target.full_name.lower()].get(number)
+            if pull is None:
+                ref = f"pr-{number}"
+                target.branches.setdefault(ref, commits[-1])
+                branch = base or target.default_branch
+                pull = self._new_pull(target, target, ref, branch, title, "", user, "User", number)
+            pull.title = title
+            pull.head_sha = commits[-1]
+            pull.state = "closed"
+            pull.closed_at = pull.updated_at = when
+            merge_sha = merge_commit_sha or commits[-1]
+            self.merges[pull.id] = _Merge(when, merge_sha)
+            by_sha = self.commit_pulls.setdefault(target.full_name.lower(), {})
+            parent: str | None = None
+            for sha in dict.fromkeys([*commits, merge_sha]):
+                self._declare_commit(target, sha, title, user, when, parent)
+                numbers = by_sha.setdefault(sha, [])
+                if number not in numbers:
+                    numbers.append(number)
+                parent = sha
+            return self._pull_json(target, pull)
+
+    def _declare_commit(
+        self,
+        repo: Repo,
+        sha: str,
+        message: str | None = None,
+        author: str = "octocat",
+        date: datetime | None = None,
+        parent: str | None = None,
+    ) -> _Commit:
+        """The commit ``sha`` of ``repo``, created if new; a message given later wins."""
+        known = self.commits.setdefault(repo.full_name.lower(), {})
+        commit = known.get(sha)
+        if commit is None:
+            commit = _Commit(
+                sha,
+                message or f"Commit {sha[:7]}",
+                author,
+                date or self.clock(),
+                [parent] if parent and parent != sha else [],
+            )
+            known[sha] = commit
+        elif message is not None:
+            commit.message, commit.author = message, author
+            commit.date = date or commit.date
+        return commit
 
     def add_workflow(
         self,
@@ -663,6 +802,80 @@ class GitHubStandIn:
         """Forget every injected fault, used or not."""
         with self._lock:
             self._faults.clear()
+
+    def record_hook_delivery(
+        self,
+        guid: str,
+        event: str,
+        action: str | None,
+        status_code: int,
+        payload: bytes | Mapping[str, Any] = b"{}",
+        headers: Mapping[str, str] | None = None,
+        *,
+        redelivery: bool = False,
+        duration: float = 0.0,
+    ) -> HookAttempt:
+        """Record an attempt to deliver a webhook to the App and what the App answered
+        (``status_code``; 0 when it could not be reached), as GitHub keeps it for
+        ``GET /app/hook/deliveries``. ``payload`` and ``headers`` are what was sent; a
+        redelivery sends them again (default headers: event, guid, JSON content type)."""
+        body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        sent = dict(
+            headers
+            or {
+                "Content-Type": "application/json",
+                "X-GitHub-Event": event,
+                "X-GitHub-Delivery": guid,
+            }
+        )
+        with self._lock:
+            attempt = HookAttempt(
+                next(self._ids),
+                guid,
+                event,
+                action,
+                status_code,
+                self.clock(),
+                body,
+                sent,
+                redelivery,
+                duration,
+            )
+            self.hook_attempts.append(attempt)
+            return attempt
+
+    def wait_for_redeliveries(self, timeout: float = 10.0) -> None:
+        """Block until every redelivery requested so far was attempted (GitHub answers
+        the request 202 and delivers shortly after, so the stand-in does too)."""
+        deadline = time.monotonic() + timeout
+        for redelivery in list(self._redeliveries):
+            redelivery.join(max(0.0, deadline - time.monotonic()))
+            if redelivery.is_alive():
+                raise AssertionError(f"a redelivery is still running after {timeout}s")
+
+    def _redeliver(self, original: HookAttempt) -> None:
+        """Send ``original``'s payload and headers to :attr:`webhook_target` again and
+        record the attempt (``redelivery: true``) with the status the App answered."""
+        target = self.webhook_target
+        if target is None:
+            return
+        started = time.monotonic()
+        try:
+            status = target(original.payload, dict(original.headers))
+        except Exception as exc:  # a target returns 0 for "unreachable"; raising is a bug
+            status = 0
+            with self._lock:
+                self.errors.append(f"redelivery of {original.guid}: the target raised {exc!r}")
+        self.record_hook_delivery(
+            original.guid,
+            original.event,
+            original.action,
+            status,
+            original.payload,
+            original.headers,
+            redelivery=True,
+            duration=round(time.monotonic() - started, 3),
+        )
 
     def create_app_from_manifest(
         self,
@@ -1299,6 +1512,7 @@ class GitHubStandIn:
         head_repo = self.repos[pull.head_repo.lower()]
         head_sha = self._pull_head_sha(pull)
         base_sha = repo.branches.get(pull.base_ref, _sha(repo.full_name, pull.base_ref))
+        merge = self.merges.get(pull.id)
         issue_api = f"{api}/issues/{n}"
         comments = sum(
             1
@@ -1330,8 +1544,8 @@ class GitHubStandIn:
             created_at=_iso(pull.created_at),
             updated_at=_iso(pull.updated_at),
             closed_at=_iso(pull.closed_at) if pull.closed_at else None,
-            merged_at=None,
-            merge_commit_sha=None,
+            merged_at=_iso(merge.merged_at) if merge else None,
+            merge_commit_sha=merge.merge_commit_sha if merge else None,
             assignee=None,
             assignees=[],
             requested_reviewers=[],
@@ -1351,7 +1565,7 @@ class GitHubStandIn:
             author_association="NONE",
             auto_merge=None,
             draft=pull.draft,
-            merged=False,
+            merged=merge is not None,
             mergeable=None,
             rebaseable=None,
             mergeable_state="unknown",
@@ -1718,6 +1932,77 @@ class GitHubStandIn:
         if scope is not None:
             body["repositories"] = [self._repo_json(self.repos[k]) for k in sorted(scope)]
         return _Answer(201, body)
+
+    @_route("get", "/app/hook/deliveries", auth="jwt")
+    def _list_hook_deliveries(self, ctx: _Ctx) -> _Answer:
+        """Every attempt, newest first, paged by an opaque ``cursor`` that only the
+        ``Link`` header's ``next`` URL carries (no page numbers, no ``last``), like GitHub;
+        ``status=success`` is 200–399, ``failure`` 400–599."""
+        attempts = sorted(self.hook_attempts, key=lambda a: a.id, reverse=True)
+        wanted = ctx.query.get("status")
+        if wanted is not None:
+            low = 200 if wanted == "success" else 400
+            attempts = [a for a in attempts if low <= a.status_code < low + 200]
+        cursor = ctx.query.get("cursor")
+        if cursor is not None:
+            match = re.fullmatch(r"v1_(\d+)", cursor)
+            if match is None:
+                raise _Refusal(
+                    _message(400, "Bad Request"),
+                    f"GET {ctx.path}: cursor {cursor!r} is not one a Link header gave",
+                )
+            attempts = [a for a in attempts if a.id <= int(match.group(1))]
+        per_page = min(max(int(ctx.query.get("per_page", 30)), 1), 100)
+        page, rest = attempts[:per_page], attempts[per_page:]
+        headers: dict[str, str] = {}
+        if rest:
+            query = urlencode({**ctx.query, "cursor": f"v1_{rest[0].id}"})
+            headers["Link"] = f'<{self.url}{ctx.path}?{query}>; rel="next"'
+        return _Answer(200, [self._hook_attempt_json(a) for a in page], headers)
+
+    @_route("post", "/app/hook/deliveries/{delivery_id}/attempts", auth="jwt")
+    def _redeliver_hook(self, ctx: _Ctx) -> _Answer:
+        """202 at once; the payload is sent again shortly after, off the request (as on
+        GitHub), to :attr:`webhook_target` (see :meth:`wait_for_redeliveries`)."""
+        label = f"POST {ctx.path}"
+        wanted = ctx.int_param("delivery_id")
+        original = next((a for a in self.hook_attempts if a.id == wanted), None)
+        if original is None:
+            raise _not_found(f"{label}: no hook delivery {wanted}")
+        if self.webhook_target is None:
+            self.errors.append(f"{label}: redelivery asked for; the test set no webhook_target")
+        else:
+            thread = threading.Thread(
+                target=self._redeliver, args=(original,), name=f"redeliver-{wanted}", daemon=True
+            )
+            self._redeliveries.append(thread)
+            thread.start()
+        return _Answer(202, {})
+
+    def _hook_attempt_json(self, attempt: HookAttempt) -> JSONDict:
+        try:
+            doc = json.loads(attempt.payload)
+        except ValueError:
+            doc = None
+        ids: dict[str, int | None] = {"installation": None, "repository": None}
+        for key in ids:
+            found = doc.get(key) if isinstance(doc, dict) else None
+            if isinstance(found, dict) and isinstance(found.get("id"), int):
+                ids[key] = found["id"]
+        return {
+            "id": attempt.id,
+            "guid": attempt.guid,
+            "delivered_at": _iso(attempt.delivered_at),
+            "redelivery": attempt.redelivery,
+            "duration": attempt.duration,
+            "status": attempt.status,
+            "status_code": attempt.status_code,
+            "event": attempt.event,
+            "action": attempt.action,
+            "installation_id": ids["installation"],
+            "repository_id": ids["repository"],
+            "throttled_at": None,
+        }
 
     @_route("get", "/repos/{owner}/{repo}/installation", auth="jwt")
     def _repo_installation(self, ctx: _Ctx) -> _Answer:
@@ -2385,7 +2670,101 @@ class GitHubStandIn:
             files=[],
         )
         data.update(fields)
-        return _Answer(200, data)
+        shas = [s for s in fields.get("commits", []) if isinstance(s, str)]
+        if len(shas) != len(fields.get("commits", [])):
+            return _Answer(200, data)  # commit objects given verbatim through **fields
+        headers: dict[str, str] = {}
+        if "page" in ctx.query or "per_page" in ctx.query:
+            shas, headers = self._paginate(ctx, shas)
+        else:  # GitHub's unpaged answer: the newest 250, oldest first
+            shas = shas[-250:]
+        known = self.commits.get(repo.full_name.lower(), {})
+        data["commits"] = [self._commit_json(repo, known[s], full=False) for s in shas]
+        return _Answer(200, data, headers)
+
+    def _commit_json(self, repo: Repo, commit: _Commit, *, full: bool) -> JSONDict:
+        """A ``commit`` object; ``full`` adds the stats and files of ``GET /commits/{ref}``
+        (the stand-in knows no files: none)."""
+        data = self.openapi.example("commit")
+        api = f"{self.url}/repos/{repo.full_name}"
+        person = {"name": commit.author, "email": f"{commit.author}@example.com"}
+        signed = {**person, "date": _iso(commit.date)}
+        data.update(
+            url=f"{api}/commits/{commit.sha}",
+            sha=commit.sha,
+            node_id=_node_id("Commit", int(hashlib.sha1(commit.sha.encode()).hexdigest()[:8], 16)),
+            html_url=f"{self.web_url}/{repo.full_name}/commit/{commit.sha}",
+            comments_url=f"{api}/commits/{commit.sha}/comments",
+            author=self._user(commit.author),
+            committer=self._user(commit.author),
+            parents=[
+                {
+                    "url": f"{api}/commits/{p}",
+                    "html_url": f"{self.web_url}/{repo.full_name}/commit/{p}",
+                    "sha": p,
+                }
+                for p in commit.parents
+            ],
+        )
+        data["commit"].update(
+            url=f"{api}/git/commits/{commit.sha}",
+            author=signed,
+            committer=signed,
+            message=commit.message,
+            tree={"url": f"{api}/git/trees/{_sha(commit.sha)}", "sha": _sha(commit.sha)},
+        )
+        if full:
+            data.update(stats={"additions": 0, "deletions": 0, "total": 0}, files=[])
+        else:
+            data.pop("stats", None)
+            data.pop("files", None)
+        return dict(data)
+
+    def _known_commit(self, repo: Repo, ref: str) -> _Commit | None:
+        """A declared commit, a branch (``heads/`` optional) or a branch's or PR's head SHA."""
+        key = repo.full_name.lower()
+        sha = repo.branches.get(ref.removeprefix("heads/"), ref)
+        heads = {*repo.branches.values()}
+        heads.update(self._pull_head_sha(p) for p in self.pulls.get(key, {}).values())
+        if sha in self.commits.get(key, {}) or sha in heads:
+            return self._declare_commit(repo, sha)
+        return None
+
+    @_route("get", "/repos/{owner}/{repo}/commits/{ref}", permission=(("contents", "read"),))
+    def _get_commit(self, ctx: _Ctx) -> _Answer:
+        repo = ctx.need_repo()
+        commit = self._known_commit(repo, ctx.params["ref"])
+        if commit is None:
+            raise _unprocessable(f"No commit found for SHA: {ctx.params['ref']}")
+        return _Answer(200, self._commit_json(repo, commit, full=True))
+
+    @_route(
+        "get",
+        "/repos/{owner}/{repo}/commits/{commit_sha}/pulls",
+        permission=(("pull_requests", "read"),),
+    )
+    def _commit_pulls(self, ctx: _Ctx) -> _Answer:
+        """The merged PR that brought the commit in (:meth:`add_merged_pull`) and open PRs
+        whose head it is."""
+        repo = ctx.need_repo()
+        key = repo.full_name.lower()
+        commit = self._known_commit(repo, ctx.params["commit_sha"])
+        if commit is None:
+            raise _unprocessable(f"No commit found for SHA: {ctx.params['commit_sha']}")
+        sha = commit.sha
+        numbers = set(self.commit_pulls.get(key, {}).get(sha, []))
+        numbers.update(
+            p.number
+            for p in self.pulls[key].values()
+            if p.state == "open" and self._pull_head_sha(p) == sha
+        )
+        keep = self.openapi.document["components"]["schemas"]["pull-request-simple"]["properties"]
+        items = [
+            {k: v for k, v in self._pull_json(repo, self.pulls[key][n]).items() if k in keep}
+            for n in sorted(numbers)
+        ]
+        page, headers = self._paginate(ctx, items)
+        return _Answer(200, page, headers)
 
 
 _DEFAULT_FAULT_MESSAGES = {

@@ -1,0 +1,151 @@
+"""Processing stored webhook deliveries, and finding the lost ones again.
+
+A delivery is claimed atomically (a re-queued copy of its job then finds it taken or
+done and does nothing), handed to the handlers, and marked done. Deliveries whose job
+was lost are queued again by the reconciler; deliveries GitHub could not make to us
+(the acknowledgement answered 500 during a database outage) are redelivered on request.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from sqlalchemy import select, update
+
+from bot import handlers
+from bot.models import Delivery, utcnow
+
+if TYPE_CHECKING:
+    from bot.services import Services
+
+log = logging.getLogger(__name__)
+
+DELIVERY_GRACE_S = 60
+MAX_DELIVERY_ATTEMPTS = 20
+REDELIVERY_WINDOW_S = 3 * 24 * 3600  # GitHub keeps hook deliveries for three days
+
+
+def process(svc: Services, delivery_id: str) -> None:
+    now = utcnow()
+    with svc.db.session() as s:
+        claimed = s.execute(
+            update(Delivery)
+            .where(
+                Delivery.id == delivery_id,
+                Delivery.status == "queued",
+                (Delivery.claimed_until.is_(None)) | (Delivery.claimed_until < now),
+            )
+            .values(
+                attempts=Delivery.attempts + 1,
+                claimed_until=now + dt.timedelta(seconds=svc.settings.RSI_LEASE_S),
+            )
+        ).rowcount  # type: ignore[attr-defined]
+        if not claimed:
+            return
+        d = s.get(Delivery, delivery_id)
+        assert d is not None
+        event, payload = d.event, _json_object(d.payload)
+        if payload is None:  # signed by GitHub yet not JSON: nothing to retry
+            d.status, d.processed_at, d.claimed_until = "failed", utcnow(), None
+            d.error = "the body is not a JSON object"
+            log.error("delivery %s (%s): the body is not a JSON object", delivery_id, event)
+            return
+        # Left to this job by the webhook's acknowledgement, which does not parse.
+        action, installation = payload.get("action"), payload.get("installation")
+        action = d.action = action[:60] if isinstance(action, str) else None
+        if isinstance(installation, dict) and isinstance(installation.get("id"), int):
+            d.installation_id = installation["id"]
+    ctx = handlers.Context(svc=svc, event=event, payload=payload, delivery_id=delivery_id)
+    try:
+        handled = handlers.dispatch(ctx)
+    except Exception as exc:
+        with svc.db.session() as s:
+            d = s.get(Delivery, delivery_id)
+            assert d is not None
+            d.error = f"{type(exc).__name__}: {exc}"[:2000]
+            d.claimed_until = None  # free for the retry
+        log.warning(
+            "delivery %s (%s.%s) of %s failed: %s: %s",
+            delivery_id,
+            event,
+            action,
+            ctx.repo or "-",
+            type(exc).__name__,
+            str(exc)[:300],
+        )
+        raise
+    with svc.db.session() as s:
+        d = s.get(Delivery, delivery_id)
+        assert d is not None
+        d.status, d.processed_at, d.error = "done", utcnow(), None
+        d.claimed_until = None
+        d.result = {"handlers": handled}
+    log.info(
+        "delivery %s (%s.%s) of %s done: %s",
+        delivery_id,
+        event,
+        action,
+        ctx.repo or "-",
+        handled or "no handler",
+    )
+
+
+def _json_object(text: str) -> dict[str, Any] | None:
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def grace_s(svc: Services) -> float:
+    """How old a still-`queued` delivery must be before it counts as lost. A minute when
+    the queue is empty; with a backlog its job is probably still waiting (the queue is
+    first in, first out), and queuing it again would only lengthen the backlog, so the
+    lease (`RSI_LEASE_S`) applies instead."""
+    try:
+        backlog = svc.huey.pending_count()
+    except Exception:
+        log.exception("reconcile: could not read the queue's length")
+        backlog = 0
+    if backlog:
+        log.info(
+            "reconcile: %d jobs waiting; deliveries get %d s", backlog, svc.settings.RSI_LEASE_S
+        )
+        return max(DELIVERY_GRACE_S, svc.settings.RSI_LEASE_S)
+    return DELIVERY_GRACE_S
+
+
+def requeue_lost(svc: Services) -> int:
+    """Queue again the deliveries whose job was lost."""
+    now = utcnow()
+    stale = now - dt.timedelta(seconds=grace_s(svc))
+    with svc.db.session() as s:
+        lost = list(
+            s.scalars(
+                select(Delivery.id).where(
+                    Delivery.status == "queued",
+                    Delivery.received_at < stale,
+                    Delivery.attempts < MAX_DELIVERY_ATTEMPTS,
+                    (Delivery.claimed_until.is_(None)) | (Delivery.claimed_until < now),
+                )
+            )
+        )
+    for delivery_id in lost:
+        svc.queue.process_delivery(delivery_id)
+    return len(lost)
+
+
+def redeliver_failed(svc: Services) -> int:
+    """Ask GitHub to redeliver what it could not deliver to us (and we never stored)."""
+    from bot.github.deliveries import redeliver_failed as ask
+
+    since = utcnow() - dt.timedelta(seconds=REDELIVERY_WINDOW_S)
+    try:
+        return ask(svc.github_app, svc.db.stored_delivery_ids, since)
+    except Exception as exc:
+        log.warning("reconcile: could not list failed hook deliveries: %s", exc)
+        return 0

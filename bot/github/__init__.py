@@ -1,0 +1,1 @@
+"""GitHub access in the App's own terms."""

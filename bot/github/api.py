@@ -1,0 +1,336 @@
+"""Everything the App reads from and writes to GitHub, in the App's own terms.
+
+The rest of the App never sees PyGithub: handlers and steps call these methods with
+plain values. Every text written is cut to GitHub's limit here (comments and PR bodies
+65,536 characters, check-run summaries 65,535), with a notice and a link, so no caller
+can produce a 422 by saying too much.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from github import GithubException
+
+from bot.github.attribution import other_pulls
+from bot.github.client import GitHubApp
+from evidence.model import AttributionEntry
+
+log = logging.getLogger(__name__)
+
+COMMENT_LIMIT = 65_536  # issue comments and PR bodies
+CHECK_TEXT_LIMIT = 65_535  # check-run output summary and text
+CHECK_TITLE_LIMIT = 255  # check-run output title (GitHub cuts longer; we cut first)
+
+
+class GitHubError(Exception):
+    """GitHub refused or failed a request; `status` is its HTTP status (0: unreachable)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"GitHub answered {status}: {message}" if status else message)
+        self.status = status
+
+
+def fit(text: str, limit: int, link: str | None = None) -> str:
+    """`text` cut to `limit` characters with a notice (and a link to the whole) at the end."""
+    if len(text) <= limit:
+        return text
+    notice = "\n\n… cut to fit GitHub's limit" + (f"; [the full text]({link})" if link else "")
+    notice += ".\n"
+    if len(notice) >= limit:
+        return text[:limit]
+    return text[: limit - len(notice)] + notice
+
+
+@dataclass(frozen=True)
+class Pull:
+    number: int
+    head_sha: str
+    head_ref: str
+    head_repo: str
+    base_ref: str
+    base_sha: str
+    body: str
+    html_url: str
+    state: str
+
+
+@dataclass(frozen=True)
+class Run:
+    id: int
+    title: str
+    url: str | None
+    path: str
+    event: str
+
+
+def _pull(p: Any) -> Pull:
+    return Pull(
+        number=int(p.number),
+        head_sha=p.head.sha,
+        head_ref=p.head.ref,
+        head_repo=p.head.repo.full_name if p.head.repo is not None else "",
+        base_ref=p.base.ref,
+        base_sha=p.base.sha,
+        body=p.body or "",
+        html_url=p.html_url,
+        state=p.state,
+    )
+
+
+def _error(exc: Exception) -> GitHubError:
+    if isinstance(exc, GithubException):
+        data = exc.data if isinstance(exc.data, dict) else {}
+        return GitHubError(exc.status, str(data.get("message") or exc))
+    return GitHubError(0, f"GitHub unreachable: {type(exc).__name__}: {exc}")
+
+
+class GitHub:
+    """The App's GitHub, for one process. Methods raise `GitHubError` on failure."""
+
+    def __init__(self, app: GitHubApp) -> None:
+        self.app = app
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _repo(self, repo: str) -> Any:
+        return self.app.repo(repo)
+
+    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except GitHubError:
+            raise
+        except Exception as exc:
+            raise _error(exc) from exc
+
+    def request(self, repo: str, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        def go() -> Any:
+            return self.app.request(self.app.installation_id(repo), method, path, body)
+
+        return self._call(go)
+
+    def installation_id(self, repo: str) -> int:
+        return int(self._call(self.app.installation_id, repo))
+
+    # ------------------------------------------------------------------ reads
+
+    def default_branch(self, repo: str) -> str:
+        return str(self._call(self.app.default_branch, repo))
+
+    def branch_sha(self, repo: str, branch: str) -> str:
+        return str(self._call(lambda: self._repo(repo).get_branch(branch).commit.sha))
+
+    def pull(self, repo: str, number: int) -> Pull:
+        return self._call(lambda: _pull(self._repo(repo).get_pull(number)))  # type: ignore[no-any-return]
+
+    def commits_ahead(self, repo: str, base: str, head: str) -> int:
+        return int(self._call(lambda: self._repo(repo).compare(base, head).ahead_by))
+
+    def attribution(
+        self, repo: str, base_sha: str, head_sha: str, own_pr: int | None
+    ) -> list[AttributionEntry]:
+        """Other PRs merged in the compared range (never raises: an empty list with the
+        reason logged when GitHub cannot say)."""
+        found = other_pulls(self._repo(repo), base_sha, head_sha, own_pr)
+        if found.reason:
+            log.info(
+                "attribution of %s %s..%s: %s", repo, base_sha[:10], head_sha[:10], found.reason
+            )
+        return list(found.entries)
+
+    def permission(self, repo: str, user: str) -> str:
+        """`admin`, `maintain`, `write`, `triage`, `read` or `none`."""
+        _, data = self.request(repo, "GET", f"/repos/{repo}/collaborators/{user}/permission")
+        return str(data.get("role_name") or data.get("permission") or "none")
+
+    def runs_since(self, repo: str, since: dt.datetime) -> Iterator[Run]:
+        """Workflow-dispatch runs created since `since`, newest first (every page)."""
+        stamp = since.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+        def listing() -> Any:
+            return self._repo(repo).get_workflow_runs(
+                event="workflow_dispatch", created=f">={stamp}"
+            )
+
+        try:
+            for r in self._call(listing):
+                yield Run(
+                    id=int(r.id),
+                    title=str(r.display_title or r.name or ""),
+                    url=r.html_url,
+                    path=str(r.path or ""),
+                    event=str(r.event or ""),
+                )
+        except GithubException as exc:
+            raise _error(exc) from exc
+
+    def artifact_zip(self, repo: str, run_id: int, name: str) -> bytes | None:
+        """The run's artifact `name` as zip bytes, or None when it has none (or expired)."""
+        iid = self.installation_id(repo)
+        _, listing = self.request(
+            repo, "GET", f"/repos/{repo}/actions/runs/{run_id}/artifacts?name={name}"
+        )
+        for art in listing.get("artifacts", []):
+            if art.get("name") == name and not art.get("expired"):
+                path = f"/repos/{repo}/actions/artifacts/{art['id']}/zip"
+                data: bytes = self._call(self.app.download, iid, path)
+                return data
+        return None
+
+    # ------------------------------------------------------------------ writes
+
+    def open_pull(self, repo: str, *, base: str, head: str, title: str, body: str) -> Pull:
+        """Open the PR, or attach to the open one from the same branch."""
+        r = self._repo(repo)
+        try:
+            created = r.create_pull(
+                base=base,
+                head=head,
+                title=title[:256],
+                body=fit(body, COMMENT_LIMIT),
+                maintainer_can_modify=True,
+            )
+            return _pull(created)
+        except GithubException as exc:
+            if exc.status != 422 or "already exists" not in str(exc.data):
+                raise _error(exc) from exc
+        found = self._call(lambda: next(iter(r.get_pulls(state="open", head=head)), None))
+        if found is None:
+            raise GitHubError(422, f"a PR from {head} exists but is not open")
+        return _pull(found)
+
+    def edit_pull_body(self, repo: str, number: int, body: str, link: str | None = None) -> None:
+        self._call(
+            lambda: self._repo(repo).get_pull(number).edit(body=fit(body, COMMENT_LIMIT, link))
+        )
+
+    def create_check_run(
+        self,
+        repo: str,
+        *,
+        head_sha: str,
+        external_id: str,
+        details_url: str,
+        title: str,
+        summary: str,
+    ) -> int:
+        run = self._call(
+            lambda: self._repo(repo).create_check_run(
+                name=CHECK_NAME,
+                head_sha=head_sha,
+                status="queued",
+                external_id=external_id,
+                details_url=details_url,
+                output={
+                    "title": fit(title, CHECK_TITLE_LIMIT),
+                    "summary": fit(summary, CHECK_TEXT_LIMIT, details_url),
+                },
+            )
+        )
+        return int(run.id)
+
+    def update_check_run(
+        self,
+        repo: str,
+        check_run_id: int,
+        *,
+        title: str,
+        summary: str,
+        status: str | None = None,
+        conclusion: str | None = None,
+        details_url: str | None = None,
+    ) -> None:
+        kwargs: dict[str, Any] = {
+            "output": {
+                "title": fit(title, CHECK_TITLE_LIMIT),
+                "summary": fit(summary, CHECK_TEXT_LIMIT, details_url),
+            }
+        }
+        if conclusion is not None:
+            kwargs.update(
+                status="completed", conclusion=conclusion, completed_at=dt.datetime.now(dt.UTC)
+            )
+        elif status is not None:
+            kwargs["status"] = status
+        if details_url:
+            kwargs["details_url"] = details_url
+        self._call(lambda: self._repo(repo).get_check_run(check_run_id).edit(**kwargs))
+
+    def create_comment(self, repo: str, number: int, body: str, link: str | None = None) -> int:
+        c = self._call(
+            lambda: (
+                self._repo(repo).get_issue(number).create_comment(fit(body, COMMENT_LIMIT, link))
+            )
+        )
+        return int(c.id)
+
+    def edit_own_comment(
+        self, repo: str, comment_id: int, body: str, link: str | None = None
+    ) -> bool:
+        """Edit a comment the App wrote; False when it is gone (deleted) or not the App's."""
+        r = self._repo(repo)
+        try:
+            c = r.get_issue_comment(comment_id)
+            if not self._is_own(c):
+                return False
+            c.edit(fit(body, COMMENT_LIMIT, link))
+        except GithubException as exc:
+            if exc.status in (404, 410):
+                return False
+            raise _error(exc) from exc
+        except Exception as exc:
+            raise _error(exc) from exc
+        return True
+
+    def find_own_comment(self, repo: str, number: int, marker: str) -> int | None:
+        """The App's own comment carrying `marker` (every page); others' are ignored."""
+
+        def find() -> int | None:
+            for c in self._repo(repo).get_issue(number).get_comments():
+                if marker in (c.body or "") and self._is_own(c):
+                    return int(c.id)
+            return None
+
+        return self._call(find)  # type: ignore[no-any-return]
+
+    def _is_own(self, comment: Any) -> bool:
+        via = comment.performed_via_github_app
+        if via is not None:
+            return int(via.id) == int(self.app.app_id)
+        login = str(getattr(comment.user, "login", "") or "")
+        return login.endswith("[bot]") and login == self.app.bot_login
+
+    def react(self, repo: str, number: int, comment_id: int, content: str) -> None:
+        self._call(
+            lambda: (
+                self._repo(repo).get_issue(number).get_comment(comment_id).create_reaction(content)
+            )
+        )
+
+    def dispatch(
+        self, repo: str, workflow: str, ref: str, inputs: dict[str, str]
+    ) -> tuple[int | None, str | None]:
+        """Dispatch the runner workflow; the run's id and URL when GitHub returns them
+        (`return_run_details`), else (None, None) (older GitHub Enterprise answers 204)."""
+        path = f"/repos/{repo}/actions/workflows/{workflow}/dispatches"
+        status, data = self.request(
+            repo, "POST", path, {"ref": ref, "inputs": inputs, "return_run_details": True}
+        )
+        if status == 200 and data.get("workflow_run_id"):
+            return int(data["workflow_run_id"]), data.get("html_url")
+        return None, None
+
+    def cancel_run(self, repo: str, run_id: int) -> None:
+        try:
+            self.request(repo, "POST", f"/repos/{repo}/actions/runs/{run_id}/cancel")
+        except GitHubError as exc:
+            if exc.status != 409:  # 409: the run had finished already
+                raise
+
+
+CHECK_NAME = "rsi/verify"

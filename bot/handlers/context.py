@@ -1,0 +1,56 @@
+"""What a handler is given: the services of the process and the delivery at hand."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bot.config import Settings
+    from bot.db import Database
+    from bot.github.api import GitHub
+    from bot.queue import Queue
+    from bot.repo_config import RepoConfig
+    from bot.services import Services
+
+Payload = dict[str, Any]
+
+
+@dataclass
+class Context:
+    svc: Services
+    event: str
+    payload: Payload
+    delivery_id: str = ""
+    _configs: dict[str, RepoConfig] = field(default_factory=dict)
+
+    @property
+    def db(self) -> Database:
+        return self.svc.db
+
+    @property
+    def github(self) -> GitHub:
+        return self.svc.github
+
+    @property
+    def queue(self) -> Queue:
+        return self.svc.queue
+
+    @property
+    def settings(self) -> Settings:
+        return self.svc.settings
+
+    @property
+    def repo(self) -> str:
+        return str((self.payload.get("repository") or {}).get("full_name") or "")
+
+    @property
+    def sender(self) -> str:
+        return str((self.payload.get("sender") or {}).get("login") or "")
+
+    def config(self, repo: str | None = None) -> RepoConfig:
+        """The repository's `.github/rsi.yml` (the defaults when malformed)."""
+        name = repo or self.repo
+        if name not in self._configs:
+            self._configs[name] = self.svc.repo_config(name).config
+        return self._configs[name]

@@ -1,0 +1,45 @@
+"""Record where the App is installed (`installation`, `installation_repositories`)."""
+
+from __future__ import annotations
+
+from bot.handlers.context import Context
+from bot.handlers.registry import on
+from bot.models import Installation
+
+
+@on("installation")
+def installation(ctx: Context) -> None:
+    inst = ctx.payload["installation"]
+    action = ctx.payload.get("action")
+    repos = [r["full_name"] for r in ctx.payload.get("repositories") or []]
+    with ctx.db.session() as s:
+        row = s.get(Installation, inst["id"])
+        if row is None:
+            row = Installation(
+                id=inst["id"],
+                account=inst["account"]["login"],
+                target_type=inst.get("target_type"),
+                repositories=repos,
+            )
+            s.add(row)
+        row.active = action not in ("deleted", "suspend")
+        if action in ("created", "new_permissions_accepted") and repos:
+            row.repositories = repos
+
+
+@on("installation_repositories")
+def installation_repositories(ctx: Context) -> None:
+    inst = ctx.payload["installation"]
+    added = [r["full_name"] for r in ctx.payload.get("repositories_added") or []]
+    removed = {r["full_name"] for r in ctx.payload.get("repositories_removed") or []}
+    with ctx.db.session() as s:
+        row = s.get(Installation, inst["id"])
+        if row is None:
+            row = Installation(
+                id=inst["id"],
+                account=inst["account"]["login"],
+                target_type=inst.get("target_type"),
+                repositories=[],
+            )
+            s.add(row)
+        row.repositories = sorted((set(row.repositories) | set(added)) - removed)

@@ -1,0 +1,272 @@
+"""The App's words on GitHub. Every text is a macro of `pr_templates/app.md.j2`, rendered
+in the evidence engine's template environment, so a figure or an interval reads the
+same in the ledger, the check run and the evidence. End reasons are stored as codes and
+rendered here."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+from bot.models import Verification
+from bot.repo_config import ConfigResult, render_error
+from bot.verification.machine import JobState, State
+from bot.verification.reasons import Reason
+from evidence.model import Candidate
+from evidence.render import (
+    COMMENT_MARKER,
+    SECTION_END,
+    SECTION_START,
+    environment,
+    fmt_interval,
+    fmt_pct,
+    tidy_markdown,
+)
+
+CLAIM_WORDS = {
+    "confirmed": "claim holds",
+    "weakened": "claim weakened",
+    "not-reproduced": "claim gone",
+    "none": "no claim",
+}
+
+
+@cache
+def _macros() -> Any:
+    return environment().get_template("app.md.j2").module
+
+
+def _say(name: str, *args: Any) -> str:
+    return str(getattr(_macros(), name)(*args)).strip()
+
+
+@dataclass(frozen=True)
+class JobView:
+    gpu: str
+    state: str
+    url: str | None
+    reason: Reason | None
+
+
+def jobs(v: Verification) -> list[JobView]:
+    return [
+        JobView(j.gpu, j.state, j.html_url, Reason.from_json(j.end_reason))
+        for j in sorted(v.jobs, key=lambda j: j.gpu)
+    ]
+
+
+def reason(r: Reason) -> str:
+    return _say("reason", r)
+
+
+def end_reason(v: Verification) -> str:
+    r = Reason.from_json(v.end_reason)
+    return reason(r) if r is not None else ""
+
+
+# ----------------------------------------------------------------------- PR body
+
+
+def status_section(v: Verification) -> str:
+    return f"{SECTION_START}\n{_say('status_section', v)}\n{SECTION_END}\n"
+
+
+def pr_opening(candidate: Candidate, compare_url: str, section: str) -> str:
+    return (
+        environment()
+        .get_template("pr_open.md.j2")
+        .render(candidate=candidate, compare_url=compare_url, status_section=section)
+    )
+
+
+def config_error(result: ConfigResult) -> str:
+    return render_error(result)
+
+
+# ----------------------------------------------------------------------- check run
+
+
+def check_queued(v: Verification) -> tuple[str, str]:
+    return "Queued for GPU runners", _say("check_queued", v)
+
+
+def check_running(v: Verification) -> tuple[str, str]:
+    return f"Running on {', '.join(v.gpus)}", _say("check_running", v, jobs(v))
+
+
+def _failed_jobs(v: Verification) -> list[JobView]:
+    return [j for j in jobs(v) if j.state != JobState.KEPT.value and j.reason is not None]
+
+
+def check_published(v: Verification, check_md: str) -> tuple[str, str]:
+    title = f"{v.verdict}: {v.reason or ''}".strip().rstrip(":")
+    failed = _failed_jobs(v)
+    if failed:
+        title += " (partial: " + ", ".join(f"{j.gpu} {j.state}" for j in failed) + ")"
+        check_md = _say("partial_note", failed) + "\n\n" + check_md
+    return title, check_md
+
+
+def check_ended(v: Verification) -> tuple[str, str]:
+    why = end_reason(v)
+    return f"Verification {v.state}: {why}", _say("check_ended", v, why, jobs(v))
+
+
+# ----------------------------------------------------------------------- the comment
+
+
+@dataclass
+class LedgerRow:
+    sha: str
+    when: str
+    trigger: str
+    cells: dict[str, str] = field(default_factory=dict)
+    claim: str = ""
+    current: bool = False
+
+
+def _cell(h: dict[str, Any] | None, verdict: str | None) -> str:
+    if not h:
+        return verdict or "—"
+    figure = fmt_pct(h.get("delta_pct"))
+    if h.get("ci_low_pct") is not None and h.get("ci_high_pct") is not None:
+        figure += " " + fmt_interval(h.get("ci_low_pct"), h.get("ci_high_pct"))
+    return f"{figure} {h.get('verdict') or verdict or ''}".strip()
+
+
+def _row(v: Verification, current: bool) -> LedgerRow:
+    row = LedgerRow(
+        sha=v.head_sha,
+        when=v.created_at.strftime("%Y-%m-%d %H:%M"),
+        trigger=v.trigger,
+        current=current,
+    )
+    if v.state == State.PUBLISHED.value:
+        for g, h in (v.headline or {}).items():
+            row.cells[g] = _cell(h, None)
+        row.claim = CLAIM_WORDS.get(v.claim_status or "none", "")
+    else:
+        row.claim = v.state
+    for j in jobs(v):
+        if j.gpu not in row.cells and j.reason is not None:
+            row.cells[j.gpu] = f"{j.state}: {reason(j.reason)}"
+    return row
+
+
+def ledger_rows(verifications: list[Verification], current: str) -> list[LedgerRow]:
+    """One row per commit: the latest verification of each head, oldest commit first."""
+    by_sha: OrderedDict[str, Verification] = OrderedDict()
+    for v in verifications:
+        by_sha.pop(v.head_sha, None)
+        by_sha[v.head_sha] = v
+    return [_row(v, v.id == current) for v in by_sha.values()]
+
+
+def ledger(
+    rows: list[LedgerRow],
+    *,
+    budget: int,
+    main_moved: int = 0,
+    base_ref: str = "main",
+    base_sha: str = "",
+) -> str:
+    """The ledger table within `budget` characters: the oldest rows fold first."""
+    gpus = sorted({g for r in rows for g in r.cells})
+    folded = 0
+    while True:
+        shown = rows[folded:]
+        text = _say("ledger", shown, gpus, folded, main_moved, base_ref, base_sha)
+        if len(text) <= budget or len(shown) <= 1:
+            return text
+        folded += max(1, (len(shown) + 1) // 4)
+
+
+def evidence_comment(
+    verifications: list[Verification],
+    *,
+    current: str,
+    evidence: str | None,
+    good: Verification | None,
+    main_moved: int,
+    base_ref: str,
+    ledger_budget: int,
+) -> str:
+    """Marker, ledger, the latest verification's status, then the latest good evidence:
+    a later failure adds a row and a line; it never takes the evidence away."""
+    rows = ledger_rows(verifications, current)
+    parts = [COMMENT_MARKER]
+    parts.append(
+        ledger(
+            rows,
+            budget=ledger_budget - 800,
+            main_moved=main_moved,
+            base_ref=base_ref,
+            base_sha=good.base_sha if good else "",
+        )
+    )
+    latest = verifications[-1] if verifications else None
+    if latest is not None and latest.state != State.PUBLISHED.value:
+        parts.append(_say("current_status", latest, end_reason(latest), jobs(latest)))
+    if good is not None and evidence is not None:
+        failed = _failed_jobs(good)
+        if latest is not None and latest.id != good.id:
+            parts.append(_say("evidence_of", good))
+        if failed:
+            parts.append(_say("partial_note", failed))
+        marker, _, body = evidence.partition("\n")
+        parts.append(body if marker.strip() == COMMENT_MARKER else evidence)
+    else:
+        parts.append(_say("no_evidence_yet"))
+    return tidy_markdown("\n\n".join(p.strip("\n") for p in parts))
+
+
+def notify(v: Verification, user: str, url: str) -> str:
+    return _say("notify", user, v, url)
+
+
+# ----------------------------------------------------------------------- commands
+
+
+def approval_needed(sender: str, sha: str) -> str:
+    return _say("approval_needed", sender, sha)
+
+
+def refusal(user: str, repo: str) -> str:
+    return _say("refusal", user, repo)
+
+
+def help_text(errors: list[str]) -> str:
+    return _say("help", errors)
+
+
+def refused(user: str, problem: str) -> str:
+    return _say("refused", user, problem)
+
+
+def reverify_queued(user: str, v: Verification) -> str:
+    return _say("reverify_queued", user, v)
+
+
+def nothing_to_repeat(user: str) -> str:
+    return _say("nothing_to_repeat", user)
+
+
+def status_reply(v: Verification, user: str, queued: str, expected: float | None) -> str:
+    why = end_reason(v) if State(v.state).final and v.state != State.PUBLISHED.value else ""
+    if v.state == State.PUBLISHED.value:
+        why = f"{v.verdict}: {v.reason or ''}"
+    return _say("status_reply", user, v, why, queued, expected, jobs(v))
+
+
+def nothing_verified(user: str) -> str:
+    return _say("nothing_verified", user)
+
+
+def nothing_running(user: str) -> str:
+    return _say("nothing_running", user)
+
+
+def cancelled(user: str, ids: list[str]) -> str:
+    return _say("cancelled", user, ids)

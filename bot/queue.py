@@ -1,0 +1,76 @@
+"""The job queue (huey, on Redis or SQLite): each job closes over the process's services.
+
+Jobs are hints: the database is the truth, and the reconciler re-queues whatever a
+killed worker lost (huey does not acknowledge). Retries are scheduled, never slept, so
+a GitHub outage does not hold a worker thread while other deliveries wait.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from huey import crontab
+
+from bot import deliveries, observability
+from bot.verification import steps
+
+if TYPE_CHECKING:
+    from bot.services import Services
+
+log = logging.getLogger(__name__)
+
+DELIVERY_RETRY: dict[str, Any] = {"retries": 6, "retry_delay": 5}
+
+
+class Queue:
+    """The queue's task handles, bound to one huey instance and one set of services."""
+
+    def __init__(self, svc: Services) -> None:
+        huey = svc.huey
+        observability.instrument_huey(huey)
+
+        def process_delivery(delivery_id: str) -> None:
+            with observability.delivery_context(delivery_id):
+                deliveries.process(svc, delivery_id)
+
+        def process_deliveries(delivery_ids: list[str]) -> None:
+            """One job per delivery, from the batch the web process queued in one go."""
+            for delivery_id in delivery_ids:
+                self.process_delivery(delivery_id)
+
+        def start(vid: str) -> None:
+            steps.start(svc, vid)
+
+        def drain(vid: str) -> None:
+            steps.drain(svc, vid)
+
+        def reconcile() -> None:
+            deliveries.requeue_lost(svc)
+            steps.reconcile(svc)
+            deliveries.redeliver_failed(svc)
+
+        self._huey = huey
+        self.process_delivery = huey.task(name="process_delivery", **DELIVERY_RETRY)(
+            process_delivery
+        )
+        self.process_deliveries_task = huey.task(name="process_deliveries", **DELIVERY_RETRY)(
+            process_deliveries
+        )
+        self.start = huey.task(name="start", retries=3, retry_delay=10)(start)
+        self._drain = huey.task(name="drain", retries=3, retry_delay=10)(drain)
+        self.reconcile_task = huey.periodic_task(crontab(minute="*"), name="reconcile")(reconcile)
+        self.reconcile = reconcile
+
+    def process_deliveries(self, ids: list[str]) -> None:
+        self.process_deliveries_task(ids)
+
+    def drain(self, vid: str) -> None:
+        self._drain(vid)
+
+    def drain_later(self, vid: str, seconds: float) -> None:
+        """Come back when the next effect is due (an immediate queue runs it now, which
+        finds it not yet due and waits for the reconciler)."""
+        if self._huey.immediate:
+            return
+        self._drain.schedule((vid,), delay=max(1.0, seconds))

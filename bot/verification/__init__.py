@@ -1,0 +1,1 @@
+"""A verification's life: the pure state machine, its storage and its queued steps."""

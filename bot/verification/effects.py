@@ -1,0 +1,553 @@
+"""Carrying out the machine's effects. Each executor reads the current truth from the
+database first, so an effect carried out twice (a retry, a re-queued drain) or after
+the verification moved on does no harm; it may answer with the event its outcome is
+(a dispatch's run id, a kept bundle, the built evidence)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import logging
+import tempfile
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from sqlalchemy.orm import Session
+
+from bot import messages
+from bot.github.api import GitHubError
+from bot.models import BaselineMeasurement, PullRequest, RunnerJob, Verification, utcnow
+from bot.verification import machine as M
+from bot.verification import reasons as R
+from bot.verification import store
+from bot.verification.reasons import Reason
+from evidence.build import Inputs, build, write
+from evidence.errors import InputError
+from evidence.links import compare_url
+from evidence.load import Source
+from evidence.model import Candidate, HistoryEntry
+from evidence.render import COMMENT_LIMIT, COMMENT_MARKER, render_comment, replace_pr_section
+
+if TYPE_CHECKING:
+    from bot.services import Services
+
+log = logging.getLogger(__name__)
+
+RUN_NAME = "rsi verify {vid} {gpu}"
+CONCLUSION = {
+    "improved": "success",
+    "regressed": "failure",
+    "invalid": "failure",
+    "no-change": "neutral",
+    "inconclusive": "neutral",
+}
+# Room left in the comment for the ledger and the status lines above the evidence.
+LEDGER_BUDGET = 12_000
+Executor = Callable[["Services", str, Any], "M.Event | None"]
+
+
+def artifact_name(vid: str, gpu: str) -> str:
+    return f"rsi-bundle-{vid}-{gpu.lower()}"
+
+
+def _load(s: Session, vid: str) -> Verification:
+    v = s.get(Verification, vid)
+    if v is None:
+        raise LookupError(f"no verification {vid}")
+    return v
+
+
+def _job(v: Verification, gpu: str) -> RunnerJob:
+    return next(j for j in v.jobs if j.gpu == gpu)
+
+
+# ----------------------------------------------------------------------- start
+
+
+def ensure_pull_request(svc: Services, vid: str, e: M.EnsurePullRequest) -> None:
+    with svc.db.session() as s:
+        v = _load(s, vid)
+        if store.pull_request(s, v.repo, v.pr_number) is not None:
+            return
+        number, repo = v.pr_number, v.repo
+        cand = Candidate.model_validate(v.candidate)
+        head = v.head_ref if v.head_repo == v.repo else f"{v.head_repo.split('/')[0]}:{v.head_ref}"
+        url = compare_url(svc.settings.web_url, v.repo, v.base_sha, v.head_sha, v.head_repo)
+        body = messages.pr_opening(cand, url, messages.status_section(v))
+    if number is not None:
+        pull = svc.github.pull(repo, number)
+    else:
+        base = svc.github.default_branch(repo)
+        pull = svc.github.open_pull(repo, base=base, head=head, title=cand.title, body=body)
+    iid = svc.github.installation_id(repo)
+    with svc.db.session() as s:
+        v = _load(s, vid)
+        v.pr_number, v.installation_id = pull.number, iid
+        if store.pull_request(s, repo, pull.number) is None:
+            s.add(
+                PullRequest(
+                    repo=repo,
+                    number=pull.number,
+                    head_repo=v.head_repo,
+                    head_ref=v.head_ref,
+                    head_sha=pull.head_sha,
+                    base_ref=pull.base_ref,
+                    html_url=pull.html_url,
+                )
+            )
+    _report_config_error(svc, vid)
+
+
+def _report_config_error(svc: Services, vid: str) -> None:
+    """A malformed `.github/rsi.yml` is said on the PR (once per distinct problem)."""
+    with svc.db.session() as s:
+        v = _load(s, vid)
+        repo, number = v.repo, v.pr_number
+    result = svc.repo_config(repo)
+    with svc.db.session() as s:
+        pr = store.pull_request(s, repo, number)
+        if pr is None or pr.config_error == result.error:
+            return
+        pr.config_error = result.error
+        if result.error is not None and number is not None:
+            svc.github.create_comment(repo, number, messages.config_error(result))
+
+
+def ensure_check_run(svc: Services, vid: str, e: M.EnsureCheckRun) -> None:
+    with svc.db.session() as s:
+        v = _load(s, vid)
+        if v.check_run_id is not None:
+            return
+        repo, head = v.repo, v.head_sha
+        title, summary = messages.check_queued(v)
+    run_id = svc.github.create_check_run(
+        repo,
+        head_sha=head,
+        external_id=vid,
+        details_url=svc.report_url(vid),
+        title=title,
+        summary=summary,
+    )
+    with svc.db.session() as s:
+        _load(s, vid).check_run_id = run_id
+
+
+def dispatch(svc: Services, vid: str, e: M.Dispatch) -> M.Event | None:
+    """One `workflow_dispatch`. The request time is recorded first: after a crash
+    between GitHub's answer and our record, the run is looked up, not dispatched twice."""
+    runner, workflow = svc.settings.RSI_RUNNER_REPO, svc.settings.RSI_WORKFLOW
+    with svc.db.session() as s:
+        v = _load(s, vid)
+        job = _job(v, e.gpu)
+        if job.state != M.JobState.DISPATCHING.value:
+            return None
+        asked = job.dispatch_requested_at
+        inputs = dispatch_inputs(v, e.gpu)
+        if asked is None:
+            job.dispatch_requested_at = utcnow()
+    if asked is not None:
+        found = find_run(svc, vid, e.gpu, store.aware(asked) - dt.timedelta(minutes=2))
+        if found is not None:
+            return M.Dispatched(e.gpu, found[0], found[1])
+    ref = svc.github.default_branch(runner)
+    run_id, url = svc.github.dispatch(runner, workflow, ref, inputs)
+    return M.Dispatched(e.gpu, run_id, url)
+
+
+def dispatch_inputs(v: Verification, gpu: str) -> dict[str, str]:
+    """The dispatch contract; workflow inputs travel as strings."""
+    return {
+        "verification_id": v.id,
+        "repo": v.repo,
+        "pr": str(v.pr_number or 0),
+        "base_sha": v.base_sha,
+        "head_repo": v.head_repo,
+        "head_sha": v.head_sha,
+        "task": v.task,
+        "gpu": gpu.lower(),
+        "rounds": str(v.rounds),
+        "modes": ",".join(v.modes),
+    }
+
+
+def find_run(
+    svc: Services, vid: str, gpu: str, since: dt.datetime
+) -> tuple[int, str | None] | None:
+    """The runner workflow's run for this job, by its run-name (GitHub Enterprise returns
+    no run id on dispatch); runs already known to be another job's are skipped."""
+    name = RUN_NAME.format(vid=vid, gpu=gpu.lower())
+    path = f".github/workflows/{svc.settings.RSI_WORKFLOW}"
+    for run in svc.github.runs_since(svc.settings.RSI_RUNNER_REPO, since):
+        if run.title.strip() != name or run.event != "workflow_dispatch":
+            continue
+        if run.path and run.path.split("@")[0] != path:
+            continue
+        with svc.db.session() as s:
+            owner = store.job_by_run_id(s, run.id)
+            if owner is not None and (owner.verification_id, owner.gpu) != (vid, gpu):
+                continue
+        return run.id, run.url
+    return None
+
+
+def check_run_in_progress(svc: Services, vid: str, e: M.CheckRunInProgress) -> None:
+    with svc.db.session() as s:
+        v = _load(s, vid)
+        if v.check_run_id is None or M.State(v.state).final:
+            return
+        repo, cid = v.repo, v.check_run_id
+        title, summary = messages.check_running(v)
+        first = next((j.html_url for j in v.jobs if j.html_url), None)
+    svc.github.update_check_run(
+        repo, cid, title=title, summary=summary, status="in_progress", details_url=first
+    )
+
+
+def cancel_run(svc: Services, vid: str, e: M.CancelRun) -> None:
+    run_id = e.run_id
+    if run_id is None:
+        with svc.db.session() as s:
+            run_id = _job(_load(s, vid), e.gpu).workflow_run_id
+    if run_id is not None:
+        svc.github.cancel_run(svc.settings.RSI_RUNNER_REPO, run_id)
+
+
+# ----------------------------------------------------------------------- ingest
+
+
+def ingest(svc: Services, vid: str, e: M.Ingest) -> M.Event | None:
+    """Fetch one GPU's bundle, check it is this verification's, keep it."""
+    with svc.db.session() as s:
+        v = _load(s, vid)
+        job = _job(v, e.gpu)
+        if job.state != M.JobState.COMPLETED.value:
+            return None
+        run_id, ident = job.workflow_run_id, _identity(v)
+    data = _fetch_bundle(svc, vid, e.gpu, run_id)
+    if data is None:
+        reason = Reason(R.NO_BUNDLE, {"gpu": e.gpu, "artifact": artifact_name(vid, e.gpu)})
+        return M.BundleRejected(e.gpu, reason)
+    problem = wrong_bundle(ident, e.gpu, data)
+    if problem:
+        return M.BundleRejected(
+            e.gpu, Reason(R.BUNDLE_REJECTED, {"gpu": e.gpu, "problem": problem})
+        )
+    key = f"bundles/{vid}/{e.gpu.lower()}.zip"
+    svc.store.put_bytes(key, data, "application/zip")
+
+    def keep(s: Session, v: Verification) -> None:
+        _job(v, e.gpu).bundle_key = key
+
+    store.transition(svc.db, vid, M.BundleKept(e.gpu), keep)
+    return None
+
+
+def _identity(v: Verification) -> dict[str, str]:
+    return {"id": v.id, "repo": v.repo, "base": v.base_sha, "head": v.head_sha}
+
+
+def _fetch_bundle(svc: Services, vid: str, gpu: str, run_id: int | None) -> bytes | None:
+    runner = svc.settings.RSI_RUNNER_REPO
+    if run_id is not None:
+        data = svc.github.artifact_zip(runner, run_id, artifact_name(vid, gpu))
+        if data is not None:
+            return data
+    # Runners may put the bundle on S3 instead (`<verification-id>/<gpu>.zip`).
+    for key in (f"{vid}/{gpu.lower()}.zip", f"{vid}/{gpu}.zip"):
+        if svc.store.exists(key):
+            found: bytes = svc.store.get_bytes(key)
+            return found
+    return None
+
+
+def wrong_bundle(ident: dict[str, str], gpu: str, data: bytes) -> str | None:
+    """The bundle must be this verification's: id, repository, commits and GPU. The
+    manifest read is the root one, the one the engine reads."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            names = z.namelist()
+            inner = "manifest.json" if "manifest.json" in names else None
+            if inner is None:
+                tops = {n.split("/", 1)[0] for n in names if "/" in n}
+                if len(tops) == 1:
+                    candidate = f"{next(iter(tops))}/manifest.json"
+                    inner = candidate if candidate in names else None
+            if inner is None:
+                return "it has no manifest.json at its root"
+            m = orjson.loads(z.read(inner))
+    except (zipfile.BadZipFile, orjson.JSONDecodeError, KeyError, RuntimeError) as exc:
+        return f"it is not a readable zip with a JSON manifest ({exc})"
+    if not isinstance(m, dict):
+        return "its manifest is not a JSON object"
+    for k, want in (("verification_id", ident["id"]), ("repo", ident["repo"])):
+        if m.get(k) != want:
+            return f"its manifest says {k} {str(m.get(k))[:80]!r}, expected {want!r}"
+    for side in ("base", "head"):
+        got = (m.get(side) or {}).get("sha") if isinstance(m.get(side), dict) else None
+        if got != ident[side]:
+            return f"its {side} is {str(got)[:80]!r}, expected {ident[side]}"
+    if str(m.get("gpu", "")).upper().replace("NVIDIA ", "") != gpu.upper():
+        return f"it is for GPU {str(m.get('gpu'))[:40]!r}, expected {gpu}"
+    return None
+
+
+# ----------------------------------------------------------------------- evidence
+
+
+def build_evidence(svc: Services, vid: str, e: M.BuildEvidence) -> M.Event | None:
+    with svc.db.session() as s:
+        v = _load(s, vid)
+        if v.state != M.State.INGESTING.value:
+            return None
+        keys = [(j.gpu, j.bundle_key) for j in v.jobs if j.state == M.JobState.KEPT.value]
+        cand = Candidate.model_validate(v.candidate)
+        history = _history(s, v)
+        repo, base, head, number = v.repo, v.base_sha, v.head_sha, v.pr_number
+    attribution = svc.github.attribution(repo, base, head, number)
+    with tempfile.TemporaryDirectory(prefix="rsi-publish-") as tmp:
+        work = Path(tmp)
+        bundles = []
+        for gpu, key in keys:
+            assert key is not None
+            p = work / f"{gpu.lower()}.zip"
+            p.write_bytes(svc.store.get_bytes(key))
+            bundles.append(p)
+        try:
+            ev, sources = build(
+                Inputs(
+                    bundles=bundles,
+                    candidate=cand,
+                    history=history,
+                    attribution=attribution,
+                    github_url=svc.settings.web_url,
+                    policy=svc.repo_config(repo).config.policy(),
+                )
+            )
+        except InputError as exc:
+            return M.EvidenceFailed(Reason(R.BUNDLE_UNREADABLE, {"problem": str(exc)[:2000]}))
+        out = work / "out"
+        write(
+            ev,
+            sources,
+            out,
+            None,
+            report_url=svc.report_url(vid),
+            plot_url=lambda name: svc.plot_url(vid, name),
+        )
+        (out / "comment.md").write_text(
+            render_comment(ev, svc.report_url(vid), limit=COMMENT_LIMIT - LEDGER_BUDGET),
+            encoding="utf-8",
+        )
+        svc.store.put_tree(f"reports/{vid}", out)
+
+    def record(s: Session, row: Verification) -> None:
+        row.verdict, row.reason, row.claim_status = ev.verdict, ev.reason, ev.claim.status
+        row.published_at = utcnow()
+        row.attribution = [a.model_dump(mode="json") for a in attribution]
+        row.headline = {
+            g: {
+                **(r.headline.model_dump() if r.headline else {}),
+                "verdict": r.verdict,
+                "claim_status": r.claim_status,
+            }
+            for g, r in ev.gpus.items()
+        }
+        _record_baseline(s, row, sources)
+
+    conclusion = CONCLUSION.get(ev.verdict, "neutral")
+    store.transition(svc.db, vid, M.EvidenceBuilt(ev.verdict, conclusion), record)
+    log.info("%s of %s: evidence built, %s", vid, repo, ev.verdict)
+    return None
+
+
+def _history(s: Session, v: Verification) -> list[HistoryEntry]:
+    from sqlalchemy import select
+
+    rows = s.scalars(
+        select(BaselineMeasurement).where(
+            BaselineMeasurement.repo == v.repo,
+            BaselineMeasurement.task == v.task,
+            BaselineMeasurement.verification_id != v.id,
+        )
+    )
+    return [
+        HistoryEntry(
+            task=r.task,
+            gpu=r.gpu,
+            mode=r.mode,
+            concurrency=r.concurrency,
+            metric=r.metric,
+            value=r.value,
+            sha=r.sha,
+            measured_at=r.measured_at.isoformat(),
+            fingerprint=r.fingerprint,
+        )
+        for r in rows
+    ]
+
+
+def _record_baseline(s: Session, v: Verification, sources: list[Source]) -> None:
+    """Every measurement of the base (main) side joins the history."""
+    for src in sources:
+        fp = src.manifest.environment.get("base") or {}
+        for lr in src.runs:
+            if lr.run.side != "base" or not lr.usable:
+                continue
+            for metric in ("throughput_qps", "latency_p95_s", "audio_ttfp_p95_s"):
+                value = lr.metrics.get(metric)
+                if value is not None:
+                    s.add(
+                        BaselineMeasurement(
+                            repo=v.repo,
+                            task=v.task,
+                            gpu=src.gpu,
+                            mode=lr.run.mode,
+                            concurrency=lr.run.concurrency,
+                            metric=metric,
+                            value=value,
+                            sha=v.base_sha,
+                            verification_id=v.id,
+                            fingerprint=fp,
+                        )
+                    )
+
+
+# ----------------------------------------------------------------------- saying it
+
+
+def _report_text(svc: Services, vid: str, name: str) -> str | None:
+    key = f"reports/{vid}/{name}"
+    if not svc.store.exists(key):
+        return None
+    return svc.store.get_bytes(key).decode("utf-8")
+
+
+def upsert_comment(svc: Services, vid: str, e: M.UpsertComment) -> None:
+    """The PR's one evidence comment, rendered from what is true now. Only the App's own
+    comment is edited; a deleted one is written again."""
+    with svc.db.session() as s:
+        v = _load(s, vid)
+        if v.pr_number is None:
+            return
+        repo, number = v.repo, v.pr_number
+        good = store.latest_published(s, repo, number)
+        good_id, good_base = (good.id, good.base_sha) if good is not None else (None, "")
+        pr = store.pull_request(s, repo, number)
+        known = pr.comment_id if pr is not None else None
+        base_ref = pr.base_ref if pr is not None else "main"
+    evidence = _report_text(svc, good_id, "comment.md") if good_id else None
+    moved = _main_moved(svc, repo, number, good_base) if good_id else 0
+    with svc.db.session() as s:
+        body = messages.evidence_comment(
+            store.of_pull(s, repo, number),
+            current=vid,
+            evidence=evidence,
+            good=store.get(s, good_id) if good_id else None,
+            main_moved=moved,
+            base_ref=base_ref,
+            ledger_budget=LEDGER_BUDGET,
+        )
+    link = svc.report_url(good_id or vid)
+    if known is not None and svc.github.edit_own_comment(repo, known, body, link):
+        return
+    found = svc.github.find_own_comment(repo, number, COMMENT_MARKER)
+    if found is not None and svc.github.edit_own_comment(repo, found, body, link):
+        cid = found
+    else:
+        cid = svc.github.create_comment(repo, number, body, link)
+    with svc.db.session() as s:
+        pr = store.pull_request(s, repo, number)
+        if pr is not None:
+            pr.comment_id = cid
+
+
+def _main_moved(svc: Services, repo: str, number: int, measured_base: str) -> int:
+    """How many commits the PR's base branch is past the measured base (0 when the PR's
+    own record of its base is the measured one, which saves a request)."""
+    pull = svc.github.pull(repo, number)
+    if pull.base_sha == measured_base:
+        return 0
+    try:
+        return svc.github.commits_ahead(repo, measured_base, pull.base_ref)
+    except GitHubError as exc:
+        if exc.status in (404, 422):
+            return 0
+        raise
+
+
+def update_pr_body(svc: Services, vid: str, e: M.UpdatePrBody) -> None:
+    with svc.db.session() as s:
+        v = _load(s, vid)
+        if v.pr_number is None or v.state != M.State.PUBLISHED.value:
+            return
+        good = store.latest_published(s, v.repo, v.pr_number)
+        if good is None or good.id != vid:  # a later verification published meanwhile
+            return
+        repo, number = v.repo, v.pr_number
+    section = _report_text(svc, vid, "pr-body.md")
+    if section is None:
+        return
+    pull = svc.github.pull(repo, number)
+    new = replace_pr_section(pull.body, section)
+    if new != pull.body:
+        svc.github.edit_pull_body(repo, number, new, svc.report_url(vid))
+
+
+def complete_check_run(svc: Services, vid: str, e: M.CompleteCheckRun) -> None:
+    with svc.db.session() as s:
+        v = _load(s, vid)
+        if v.check_run_id is None:
+            return
+        repo, cid = v.repo, v.check_run_id
+        if v.state == M.State.PUBLISHED.value:
+            check = _report_text(svc, vid, "check.md") or ""
+            title, summary = messages.check_published(v, check)
+        else:
+            title, summary = messages.check_ended(v)
+    svc.github.update_check_run(
+        repo,
+        cid,
+        title=title,
+        summary=summary,
+        conclusion=e.conclusion,
+        details_url=svc.report_url(vid),
+    )
+
+
+def notify(svc: Services, vid: str, e: M.Notify) -> None:
+    with svc.db.session() as s:
+        v = _load(s, vid)
+        if v.pr_number is None:
+            return
+        repo, number = v.repo, v.pr_number
+        body = messages.notify(v, e.user, svc.report_url(vid))
+    svc.github.create_comment(repo, number, body)
+
+
+def end_verification(svc: Services, vid: str, e: M.EndVerification) -> None:
+    from bot import observability
+
+    with svc.db.session() as s:
+        repo = _load(s, vid).repo
+    why = messages.reason(e.reason) if e.reason else ""
+    log.info("%s of %s ended %s%s", vid, repo, e.state.value, f": {why}" if why else "")
+    observability.count_verification_end(e.state.value)
+
+
+EXECUTORS: dict[type[Any], Executor] = {
+    M.EnsurePullRequest: ensure_pull_request,
+    M.EnsureCheckRun: ensure_check_run,
+    M.Dispatch: dispatch,
+    M.CheckRunInProgress: check_run_in_progress,
+    M.CancelRun: cancel_run,
+    M.Ingest: ingest,
+    M.BuildEvidence: build_evidence,
+    M.UpsertComment: upsert_comment,
+    M.UpdatePrBody: update_pr_body,
+    M.CompleteCheckRun: complete_check_run,
+    M.Notify: notify,
+    M.EndVerification: end_verification,
+}

@@ -1,0 +1,236 @@
+"""The queued jobs of a verification: start, apply an event, drain the effects outbox,
+reconcile. Each is claim → machine → carry out the effects.
+
+Effects are carried out in the order they were stored, one verification at a time (its
+lease). An effect that fails is retried later (a scheduled job, never a sleeping
+worker) and, after `RSI_EFFECT_ATTEMPTS`, given up: the machine then ends the
+verification `failed` with the reason, so no state lasts for ever.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from typing import TYPE_CHECKING
+
+from sqlalchemy import select
+
+from bot import observability
+from bot.models import Effect, Verification, utcnow
+from bot.verification import machine as M
+from bot.verification import store
+from bot.verification.effects import EXECUTORS
+
+if TYPE_CHECKING:
+    from bot.services import Services
+
+log = logging.getLogger(__name__)
+
+
+def apply(svc: Services, vid: str, event: M.Event, also: store.Also | None = None) -> None:
+    """One event: the transition is stored with its effects; the effects are queued."""
+    _, effects = store.transition(svc.db, vid, event, also)
+    if effects:
+        svc.queue.drain(vid)
+
+
+def start(svc: Services, vid: str) -> None:
+    """Start a queued verification unless its repository's GPU budget is in use."""
+    with svc.db.session() as s:
+        v = store.get(s, vid)
+        if v is None or v.state != M.State.QUEUED.value:
+            return
+        repo = v.repo
+        busy = store.running_count(s, repo, vid)
+    limit = svc.repo_config(repo).config.budget.max_running
+    if busy >= limit:
+        log.info("%s of %s waits: %d verifications running", vid, repo, busy)
+    apply(svc, vid, M.Start(busy=busy, max_running=limit))
+
+
+def drain(svc: Services, vid: str) -> None:
+    """Carry out the verification's due effects; come back when the next one is due."""
+    while True:
+        if not store.claim(svc.db, vid, svc.settings.RSI_LEASE_S):
+            return  # another worker has it; it looks again after releasing
+        try:
+            wait = _drain_claimed(svc, vid)
+        finally:
+            store.release(svc.db, vid)
+        if wait is not None:
+            svc.queue.drain_later(vid, wait)
+            return
+        if not _due(svc, vid):
+            return
+
+
+def _due(svc: Services, vid: str) -> bool:
+    now = utcnow()
+    with svc.db.session() as s:
+        return any(
+            e.next_at is None or store.aware(e.next_at) <= now
+            for e in store.pending_effects(s, vid, now)
+        )
+
+
+def _drain_claimed(svc: Services, vid: str) -> float | None:
+    """Seconds until the first pending effect is due, or None when none is left."""
+    with observability.verification_context(vid):
+        while True:
+            now = utcnow()
+            with svc.db.session() as s:
+                pending = store.pending_effects(s, vid, now)
+                if not pending:
+                    return None
+                row = pending[0]
+                if row.next_at is not None and store.aware(row.next_at) > now:
+                    return (store.aware(row.next_at) - now).total_seconds()
+                eid, kind, params, attempts = row.id, row.kind, row.params, row.attempts
+            effect = M.effect_from_json(kind, params)
+            try:
+                follow = EXECUTORS[type(effect)](svc, vid, effect)
+            except Exception as exc:
+                _failed(svc, vid, eid, kind, attempts + 1, exc)
+                continue
+            _done(svc, eid)
+            if follow is not None:
+                store.transition(svc.db, vid, follow)
+
+
+def _done(svc: Services, eid: int) -> None:
+    with svc.db.session() as s:
+        row = s.get(Effect, eid)
+        if row is not None:
+            row.done_at, row.error = utcnow(), None
+
+
+def _failed(svc: Services, vid: str, eid: int, kind: str, attempts: int, exc: Exception) -> None:
+    """Try again later, or give up and let the machine end the verification."""
+    error = f"{type(exc).__name__}: {exc}"[:2000]
+    limit = svc.settings.RSI_EFFECT_ATTEMPTS
+    with svc.db.session() as s:
+        row = s.get(Effect, eid)
+        assert row is not None
+        row.attempts, row.error = attempts, error
+        if attempts >= limit:
+            row.done_at = utcnow()  # given up: the row keeps the error
+        else:
+            delay = min(svc.settings.RSI_EFFECT_BACKOFF_S * 2 ** (attempts - 1), 600.0)
+            row.next_at = utcnow() + dt.timedelta(seconds=delay)
+    if attempts < limit:
+        log.warning(
+            "%s: %s failed (attempt %d of %d), retrying: %s", vid, kind, attempts, limit, error
+        )
+        return
+    log.error("%s: %s failed %d times, giving up: %s", vid, kind, attempts, error)
+    store.transition(svc.db, vid, M.StepFailed(kind, error, attempts))
+
+
+def reconcile(svc: Services) -> None:
+    """What a lost job or a silent runner left behind: effects nobody carries out,
+    queued verifications never started, runners that never reported back."""
+    now = utcnow()
+    with svc.db.session() as s:
+        due = store.with_pending_effects(s, now)
+        queued = store.queued(s)
+        limit = now - dt.timedelta(seconds=svc.settings.RSI_RUN_TIMEOUT_S)
+        overdue = store.overdue_jobs(s, limit)
+    minutes = svc.settings.RSI_RUN_TIMEOUT_S // 60
+    for vid, gpu in overdue:
+        store.transition(svc.db, vid, M.RunTimedOut(gpu, minutes))
+        due.append(vid)
+    for vid in queued:
+        try:
+            start(svc, vid)
+        except Exception:
+            log.exception("reconcile: could not start %s", vid)
+    for vid in dict.fromkeys(due):
+        svc.queue.drain(vid)
+
+
+def stuck_effects(svc: Services) -> list[tuple[str, str, int]]:
+    """(verification, effect, attempts) of effects not done: for `/metrics` and tests."""
+    with svc.db.session() as s:
+        rows = s.execute(
+            select(Effect.verification_id, Effect.kind, Effect.attempts)
+            .join(Verification)
+            .where(Effect.done_at.is_(None))
+        ).all()
+    return [(r[0], r[1], r[2]) for r in rows]
+
+
+# ----------------------------------------------------------------------- review rounds
+
+
+def verify_head(
+    svc: Services,
+    repo: str,
+    number: int,
+    *,
+    head_sha: str,
+    trigger: str,
+    gpus: list[str],
+    rounds: int,
+    modes: list[str],
+    requested_by: str | None = None,
+    base_sha: str | None = None,
+    review_round: bool = False,
+) -> Verification | None:
+    """Queue a verification of the PR's head (a copy of the PR's last candidate with the
+    new head) and supersede every earlier one still active. None when the PR has no
+    earlier verification to copy. An active verification of the same head, base and
+    GPUs is returned as it is."""
+    with svc.db.session() as s:
+        prev = store.latest(s, repo, number)
+        pr = store.pull_request(s, repo, number)
+        if prev is None or pr is None:
+            return None
+        base = base_sha or prev.base_sha
+        wanted = sorted(g.upper() for g in gpus)
+        for v in store.active(s, repo, number):
+            if (v.head_sha, v.base_sha, sorted(v.gpus)) == (head_sha, base, wanted):
+                return v
+        cand = dict(prev.candidate)
+        cand["head"] = {
+            **cand.get("head", {}),
+            "sha": head_sha,
+            "repo": pr.head_repo,
+            "ref": pr.head_ref,
+        }
+        cand["base_sha"] = base
+        new = store.create(
+            s,
+            store.NewVerification(
+                repo=repo,
+                pr_number=number,
+                task=prev.task,
+                base_sha=base,
+                head_sha=head_sha,
+                head_repo=pr.head_repo,
+                head_ref=pr.head_ref,
+                gpus=gpus,
+                rounds=rounds,
+                modes=modes,
+                candidate=cand,
+                candidate_id=prev.candidate_id,
+                trigger=trigger,
+                requested_by=requested_by,
+                review_round=review_round,
+                installation_id=prev.installation_id,
+            ),
+        )
+        older = [v.id for v in store.active(s, repo, number) if v.id != new.id]
+    for vid in older:
+        apply(svc, vid, M.Supersede(new.id, head_sha))
+    log.info("%s of %s#%s at %s (%s)", new.id, repo, number, head_sha[:10], trigger)
+    svc.queue.start(new.id)
+    return new
+
+
+def cancel_active(svc: Services, repo: str, number: int, event: M.Cancel) -> list[str]:
+    """Cancel every active verification of the PR; their ids."""
+    with svc.db.session() as s:
+        ids = [v.id for v in store.active(s, repo, number)]
+    for vid in ids:
+        apply(svc, vid, event)
+    return ids

@@ -1,0 +1,1 @@
+"""The web process: webhooks, intake, reports and the set-up pages (Flask only)."""

@@ -1,0 +1,119 @@
+"""`POST /api/v1/candidates`: the search harness promotes a candidate (signed JSON).
+
+401 on a bad signature, 422 with the field errors on a malformed body or one the
+repository's `.github/rsi.yml` does not allow (nothing stored), 503 when GitHub cannot
+be asked for that file (retry with the same delivery id), 202 with the verification id
+otherwise; a repeated `X-RSI-Delivery` gets the first answer.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import orjson
+from flask import Blueprint, Response, current_app, jsonify, request
+from pydantic import ValidationError
+from sqlalchemy.exc import IntegrityError
+
+from bot import observability
+from bot.models import Delivery
+from bot.repo_config import Plan
+from bot.services import Services
+from bot.signatures import valid
+from bot.verification import store
+from evidence.model import Candidate
+
+log = logging.getLogger(__name__)
+bp = Blueprint("intake", __name__)
+
+
+@bp.post("/api/v1/candidates")
+def candidates() -> tuple[Response, int]:
+    svc: Services = current_app.extensions["rsi"]
+    body = request.get_data(cache=False)
+    if not valid(
+        body,
+        request.headers.get("X-RSI-Signature-256"),
+        svc.settings.RSI_INTAKE_SECRET.get_secret_value(),
+    ):
+        return jsonify(error="bad or missing X-RSI-Signature-256"), 401
+    delivery = request.headers.get("X-RSI-Delivery", "").strip()
+    if not delivery or len(delivery) > 80:
+        return jsonify(error="missing or over-long X-RSI-Delivery"), 400
+    try:
+        cand = Candidate.model_validate(orjson.loads(body))
+    except orjson.JSONDecodeError as exc:
+        return jsonify(error="body is not JSON", detail=str(exc)), 422
+    except ValidationError as exc:
+        errors = [
+            {"field": ".".join(str(x) for x in e["loc"]), "message": e["msg"]} for e in exc.errors()
+        ]
+        observability.count_delivery("candidate", "rejected")
+        return jsonify(error="malformed candidate", errors=errors), 422
+    key = f"intake:{delivery}"
+    with svc.db.session() as s:
+        seen = s.get(Delivery, key)
+        if seen is not None:
+            observability.count_delivery("candidate", "duplicate")
+            return jsonify(seen.result or {}), 202
+    try:
+        plan = svc.repo_config(cand.repo).config.plan(gpus=cand.gpus or None)
+    except Exception as exc:
+        log.warning("intake: could not read %s's configuration: %s", cand.repo, exc)
+        return jsonify(
+            error="GitHub could not be asked for the repository's configuration; "
+            "retry with the same X-RSI-Delivery"
+        ), 503
+    if not isinstance(plan, Plan):
+        observability.count_delivery("candidate", "rejected")
+        return jsonify(
+            error="not allowed by the repository's configuration",
+            errors=[{"field": "gpus", "message": plan}],
+        ), 422
+    try:
+        with svc.db.session() as s:
+            v = store.create(
+                s,
+                store.NewVerification(
+                    repo=cand.repo,
+                    pr_number=cand.pull_request,
+                    task=cand.task,
+                    base_sha=cand.base_sha,
+                    head_sha=cand.head.sha,
+                    head_repo=cand.head.repo,
+                    head_ref=cand.head.ref,
+                    gpus=plan.gpus,
+                    rounds=plan.rounds,
+                    modes=plan.modes,
+                    candidate=cand.model_dump(mode="json"),
+                    candidate_id=cand.candidate_id,
+                    trigger="intake",
+                ),
+            )
+            answer = {
+                "verification_id": v.id,
+                "pull_request": v.pr_number,
+                "report_url": svc.report_url(v.id),
+            }
+            s.add(
+                Delivery(
+                    id=key,
+                    source="intake",
+                    event="candidate",
+                    action=None,
+                    payload=body.decode(),
+                    status="done",
+                    result=answer,
+                )
+            )
+    except IntegrityError:  # the same delivery raced in; give its answer
+        with svc.db.session() as s:
+            seen = s.get(Delivery, key)
+            return jsonify(seen.result if seen else {}), 202
+    try:
+        svc.queue.start(answer["verification_id"])
+    except Exception:
+        log.exception("could not enqueue %s; the reconciler will", answer["verification_id"])
+    observability.count_delivery("candidate", "accepted")
+    log.info("candidate %s → verification %s", cand.candidate_id, answer["verification_id"])
+    return jsonify(answer), 202
