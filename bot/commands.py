@@ -17,7 +17,8 @@ _GPU = re.compile(r"^h\d{3}$")
 @dataclass
 class Command:
     name: str
-    gpus: list[str] | None = None
+    gpus: list[str] | None = None  # None: the GPUs of the PR's last verification
+    all_gpus: bool = False  # `all`: every GPU the repository's configuration lists
     rounds: int | None = None
     base_main: bool = False
     errors: list[str] = field(default_factory=list)
@@ -58,9 +59,9 @@ def parse(text: str) -> Command | None:
     for arg in args if name == "reverify" else []:
         low = arg.lower()
         if _GPU.match(low):
-            cmd.gpus = [*(cmd.gpus or []), low.upper()]
+            cmd.gpus, cmd.all_gpus = [*(cmd.gpus or []), low.upper()], False
         elif low == "all":
-            cmd.gpus = None
+            cmd.gpus, cmd.all_gpus = None, True
         elif low.startswith("rounds="):
             value = low.removeprefix("rounds=")
             if value.isdigit() and len(value) <= 3:

@@ -81,6 +81,8 @@ class PullRequest(Base):
     base_ref: Mapped[str] = mapped_column(String(255))
     html_url: Mapped[str | None] = mapped_column(String(500))
     comment_id: Mapped[int | None] = mapped_column(BigInteger)
+    # Opened by the App: no comment of its own can predate the one it writes.
+    opened_by_app: Mapped[bool] = mapped_column(default=False)
     state: Mapped[str] = mapped_column(String(20), default="open")
     # Set by a review that requests changes: the next pushes are review rounds.
     review_pending: Mapped[bool] = mapped_column(default=False)

@@ -51,6 +51,16 @@ def verification(app: Flask, vid: str) -> Verification:
         return v
 
 
+def ended_because(app: Flask, vid: str) -> str:
+    """The end reason as the PR reads it."""
+    from bot import messages
+
+    with rt(app).db.session() as s:
+        v = s.get(Verification, vid)
+        assert v is not None
+        return messages.end_reason(v)
+
+
 def finish_run(
     app: Flask,
     client: FlaskClient,
@@ -216,13 +226,20 @@ def test_failed_runner_job_ends_with_a_reason(
     )
     v = verification(app, vid)
     assert v.state == "failed"
-    assert "ended `failure`" in (v.reason or "")
+    assert v.end_reason == {
+        "code": "run-failed",
+        "params": {"gpu": "H200", "conclusion": "failure", "url": v.jobs[0].html_url},
+    }
+    assert "ended `failure`" in ended_because(app, vid)
     final = github.check_run_updates(v.check_run_id or 0)[-1]
     assert final["conclusion"] == "neutral"
+    assert final["output"]["title"].startswith("Verification failed: the H200 runner job ended")
     assert "/rsi reverify" in final["output"]["summary"]
     assert v.pr_number is not None
     [comment] = github.comments_on(appkit.UPSTREAM, v.pr_number)
-    assert "FAILED" in comment.body
+    assert f"**Latest: `{HEAD_SHA[:10]}` failed**" in comment.body
+    assert "ended `failure`" in comment.body
+    assert "No evidence has been published on this PR yet." in comment.body
 
 
 def test_a_bundle_of_another_verification_is_rejected(
@@ -240,7 +257,7 @@ def test_a_bundle_of_another_verification_is_rejected(
     deliver(client, "workflow_run", github.complete_run(appkit.RUNNER, run_id), "w-x")
     v = verification(app, vid)
     assert v.state == "failed"
-    assert "v-someoneelse" in (v.reason or "")
+    assert "v-someoneelse" in ended_because(app, vid)
 
 
 def test_other_workflows_in_the_runner_repo_are_ignored(
@@ -271,7 +288,7 @@ def test_one_verification_costs_at_most_twelve_github_requests(
     finish_run(app, client, github, tmp_path / "2", second, "counted")
     assert verification(app, second).state == "published"
     api = [r for r in github.requests[before:] if not r.path.startswith("/_blobs/")]
-    assert len(api) <= 12, [f"{r.method} {r.path}" for r in api]
+    assert len(api) <= 12, "\n".join(f"{r.method} {r.path}" for r in api)
 
 
 def test_an_existing_pr_from_the_same_branch_is_attached(
@@ -328,7 +345,12 @@ def test_runner_conclusions_end_the_verification(
     assert deliver(client, "workflow_run", payload, f"c-{conclusion}") == 202
     v = verification(app, vid)
     assert v.state == state
-    assert f"ended `{conclusion}`" in (v.reason or "")
+    words = {
+        "cancelled": "runner job was cancelled",
+        "timed_out": "hit the workflow's time limit",
+        "startup_failure": "ended `startup_failure`",
+    }
+    assert words[conclusion] in ended_because(app, vid)
 
 
 def test_main_measurements_become_baseline_history(

@@ -11,10 +11,11 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from bot import runtime, tasks
+from bot import messages, services
 from bot.web.app import create_app
 from bot.db import upgrade
-from bot.models import INGESTING, Verification
+from bot.models import Verification
+from bot.verification import steps
 from evidence.render import COMMENT_MARKER
 from evidence.synth import BASE_SHA, HEAD_SHA
 from tests import appkit
@@ -77,18 +78,19 @@ def test_secondary_rate_limit_is_honoured(tmp_path: Path, github: GitHubStandIn)
     assert tries[1].at - tries[0].at >= 1.0
 
 
-def test_outage_longer_than_the_retries_leaves_the_verification_queued(
+def test_an_outage_shorter_than_the_attempts_is_ridden_out(
     tmp_path: Path, github: GitHubStandIn
 ) -> None:
-    """A job that gives up is not lost: the verification stays queued for the reconciler,
+    """PyGithub's own retries (7 tries) are spent; the effect's next attempt succeeds,
     and nothing was half-done on GitHub that a retry would duplicate."""
     github.fail_next("POST", r"/pulls$", status=502, times=7)
     app = _app(tmp_path, github, GITHUB_RETRY_BACKOFF_S=0.01)
     vid = promote(app.test_client())["verification_id"]
     v = verification(app, vid)
-    assert v.state == "queued"
+    assert v.state == "dispatched"
     assert v.lease_until is None
-    github.clear_faults()
+    assert github.count("POST", r"/pulls$") == 8
+    assert len(github.pulls[appkit.UPSTREAM.lower()]) == 1
 
 
 def test_older_enterprise_without_run_details(tmp_path: Path, legacy: GitHubStandIn) -> None:
@@ -98,13 +100,9 @@ def test_older_enterprise_without_run_details(tmp_path: Path, legacy: GitHubStan
     app = _app(tmp_path, legacy)
     client = app.test_client()
     vid = promote(client)["verification_id"]
-    v = verification(app, vid)
-    assert v.jobs[0].workflow_run_id is None
-    from bot import flow
-
-    assert flow.locate_runs(app.extensions["rsi"], vid)
     run_id = verification(app, vid).jobs[0].workflow_run_id
-    assert run_id is not None
+    assert run_id is not None  # found by listing the runs right after the 204
+    assert legacy.count("GET", r"/actions/runs$") == 1
     finish_run(app, client, legacy, tmp_path, vid, "w-1")
     assert verification(app, vid).state == "published"
 
@@ -123,28 +121,30 @@ def test_requested_event_maps_the_run_by_run_name(tmp_path: Path, legacy: GitHub
     assert verification(app, vid).jobs[0].workflow_run_id == run.id
 
 
-def test_a_lost_publish_job_is_requeued_once(tmp_path: Path, github: GitHubStandIn) -> None:
-    """Huey does not acknowledge: a worker killed while publishing loses the job. The
-    reconciler finds the verification stuck past its lease and publishes it — once."""
+def test_a_lost_drain_job_is_requeued_once(tmp_path: Path, github: GitHubStandIn) -> None:
+    """Huey does not acknowledge: a worker killed while carrying out the effects loses
+    the job. The reconciler finds effects due and nobody on them (the lease expired) and
+    finishes them — once."""
     app = _app(tmp_path, github, RSI_LEASE_S=5)
     client = app.test_client()
     rt: services.Services = app.extensions["rsi"]
     vid = promote(client)["verification_id"]
-    # The worker took the job (lease set) and died before publishing anything.
-    real_publish = rt.tasks.publish
-    rt.tasks.publish = lambda _vid: None  # type: ignore[method-assign]
+    # The worker took the job (lease set) and died before doing anything.
+    real_drain = rt.queue.drain
+    rt.queue.drain = lambda _vid: None  # type: ignore[method-assign]
     finish_run(app, client, github, tmp_path, vid, "w-1")
     long_ago = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
     with rt.db.session() as s:
         v = s.get(Verification, vid)
         assert v is not None
-        assert v.state == INGESTING
+        assert v.state == "running"
         v.lease_until = long_ago
-        v.updated_at = long_ago
-    rt.tasks.publish = real_publish  # a fresh worker process
-    tasks.reconcile()
+    assert [kind for _, kind, _ in steps.stuck_effects(rt)] == ["Ingest"]
+    rt.queue.drain = real_drain  # type: ignore[method-assign]  # a fresh worker process
+    rt.queue.reconcile()
     assert verification(app, vid).state == "published"
-    tasks.reconcile()
+    assert steps.stuck_effects(rt) == []
+    rt.queue.reconcile()
     v = verification(app, vid)
     assert v.state == "published"
     comments = [
@@ -164,11 +164,12 @@ def test_runner_that_never_reports_back_times_out(tmp_path: Path, github: GitHub
     with rt.db.session() as s:
         v = s.get(Verification, vid)
         assert v is not None
-        v.dispatched_at = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=2)
-    tasks.reconcile()
+        for job in v.jobs:
+            job.dispatched_at = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=2)
+    rt.queue.reconcile()
     v = verification(app, vid)
     assert v.state == "timed-out"
-    assert "did not report back within 1 minutes" in (v.reason or "")
+    assert "did not report back within 1 minutes" in messages.end_reason(v)
     assert github.count("POST", r"/actions/runs/\d+/cancel$") == 1
     final = github.check_run_updates(v.check_run_id or 0)[-1]
     assert final["conclusion"] == "neutral"
@@ -191,7 +192,7 @@ def test_a_delivery_left_queued_is_processed_by_the_reconciler(
         assert d is not None
         assert d.status == "queued"
         d.received_at = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
-    tasks.reconcile()
+    rt.queue.reconcile()
     with rt.db.session() as s:
         d = s.get(Delivery, "lost-1")
         assert d is not None
@@ -208,7 +209,7 @@ def test_a_requeued_delivery_runs_its_handlers_once(tmp_path: Path, github: GitH
     rt: services.Services = app.extensions["rsi"]
     client: FlaskClient = app.test_client()
     assert deliver(client, "installation", example("installation", "created"), "twice") == 202
-    tasks.process_delivery("twice")
+    rt.queue.process_delivery("twice")
     with rt.db.session() as s:
         d = s.get(Delivery, "twice")
         assert d is not None
@@ -235,13 +236,13 @@ def test_a_backlog_delays_requeueing_a_queued_delivery(
                 d = s.get(Delivery, f"wait-{i}")
                 assert d is not None
                 d.received_at = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=minutes)
-        rt.tasks.process_delivery("unrelated")  # the backlog: one job waiting
-        tasks.reconcile()
+        rt.queue.process_delivery("unrelated")  # the backlog: one job waiting
+        rt.queue.reconcile()
         waiting = [rt.huey.serializer.deserialize(x) for x in rt.huey.storage.enqueued_items()]
         assert sorted(m.args[0] for m in waiting) == ["unrelated", "wait-1"]
 
         rt.huey.storage.flush_queue()  # no backlog: a minute is enough
-        tasks.reconcile()
+        rt.queue.reconcile()
         waiting = [rt.huey.serializer.deserialize(x) for x in rt.huey.storage.enqueued_items()]
         assert sorted(m.args[0] for m in waiting) == ["wait-0", "wait-1"]
     finally:

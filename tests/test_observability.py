@@ -16,8 +16,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from bot import observability, runtime, tasks
-from bot.features import router
+from bot import handlers, observability, services
 from bot.models import Delivery, Verification
 from tests import appkit
 from tests.standin import GitHubStandIn, example
@@ -162,7 +161,7 @@ def test_init_sentry_only_with_a_dsn_and_without_pii(
 
     calls: list[dict[str, Any]] = []
     monkeypatch.setattr(sentry_sdk, "init", lambda **kw: calls.append(kw))
-    monkeypatch.setattr(observability, "_sentry_component", None)
+    monkeypatch.setattr(observability.sentry, "_sentry_component", None)
     assert observability.init_sentry(appkit.settings(tmp_path, "http://x"), "web") is False
     assert calls == []
 
@@ -293,10 +292,10 @@ def test_metrics_text_names_every_family(client: FlaskClient) -> None:
 def test_failed_jobs_are_counted(
     app: Flask, client: FlaskClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(event: str, payload: dict[str, Any]) -> int:
+    def broken(ctx: handlers.Context) -> int:
         raise RuntimeError("handler broke")
 
-    monkeypatch.setattr(router, "dispatch", broken)
+    monkeypatch.setattr(handlers, "dispatch", broken)
     before = scrape(client)
     assert deliver(client, "installation", example("installation", "created"), "f-1") == 202
     after = scrape(client)
@@ -341,9 +340,9 @@ def test_log_lines_carry_the_delivery_id(
     assert all(getattr(r, "delivery_id", None) == "log-1" for r in queued)
     line = observability.ContextFormatter().format(queued[-1])
     assert " bot.web.webhooks delivery=log-1: delivery log-1 queued" in line
-    done = [r for r in records.records if r.name == "bot.tasks"]  # the job's INFO line
+    done = [r for r in records.records if r.name == "bot.deliveries"]  # the job's INFO line
     line = observability.ContextFormatter().format(done[-1])
-    assert " bot.tasks delivery=log-1: delivery log-1 (installation.created) done: " in line
+    assert " bot.deliveries delivery=log-1: delivery log-1 (installation.created) of " in line
 
     # A rejected delivery names the id it claimed too.
     records.clear()
@@ -353,17 +352,17 @@ def test_log_lines_carry_the_delivery_id(
     ] == ["log-bad"]
 
     # The job binds it too, outside any request (as in `rsi-bot worker`).
-    def handler(event: str, payload: dict[str, Any]) -> int:
-        logging.getLogger("bot.features.test").info("handling %s", event)
+    def handler(ctx: handlers.Context) -> int:
+        logging.getLogger("bot.handlers.test").info("handling %s", ctx.event)
         return 1
 
-    monkeypatch.setattr(router, "dispatch", handler)
+    monkeypatch.setattr(handlers, "dispatch", handler)
     with rt(app).db.session() as s:
         s.add(Delivery(id="log-2", source="github", event="installation", payload="{}"))
     records.clear()
     assert observability.current_delivery() is None  # the request unbound it
-    tasks.process_delivery("log-2")
-    handled = [r for r in records.records if r.name == "bot.features.test"]
+    rt(app).queue.process_delivery("log-2")
+    handled = [r for r in records.records if r.name == "bot.handlers.test"]
     assert [getattr(r, "delivery_id", None) for r in handled] == ["log-2"]
     assert "delivery=log-2: handling installation" in observability.ContextFormatter().format(
         handled[0]

@@ -113,7 +113,7 @@ def test_deliveries_failed_during_an_outage_are_redelivered_and_processed_once(
     stored_before = range(OUTAGE.start)
     burst(stored_before)
     # Their jobs are done before the cut: a job cut between its claim and its end would
-    # wait for the lease to expire (see the report on bot/tasks.py), not what this tests.
+    # wait for its lease to expire (bot.deliveries.process), which is not what this tests.
     wait_for(lambda: sum(d.status == "done" for d in deployed.rows().values()) == OUTAGE.start)
     caplog.clear()
     deployed.proxy.down()

@@ -242,7 +242,7 @@ def test_status_and_help(app: Flask, client: FlaskClient, github: GitHubStandIn)
         client, "issue_comment", command(github, number, "/rsi frobnicate", "maintainer-mia"), "h-1"
     )
     bodies = [c.body for c in github.comments_on(appkit.UPSTREAM, number)]
-    status = next(b for b in bodies if b.startswith(f"Verification `{vid}`"))
+    status = next(b for b in bodies if b.startswith(f"@maintainer-mia verification `{vid}`"))
     assert "**dispatched**" in status
     assert "queued for" in status
     assert "expected GPU time" in status
@@ -260,6 +260,10 @@ def test_rerun_button_reverifies_and_approves_the_sha(
     p["check_run"].update(
         name="rsi/verify", head_sha=v1.head_sha, pull_requests=[{"number": v1.pr_number}]
     )
+    p["sender"]["login"] = "reader"  # GitHub shows the button to readers too
+    deliver(client, "check_run", p, "rr-0")
+    assert latest(app, v1.pr_number or 0).id == first
+    github.set_permission(appkit.UPSTREAM, "maintainer-mia", "write")
     p["sender"]["login"] = "maintainer-mia"
     deliver(client, "check_run", p, "rr-1")
     v2 = latest(app, v1.pr_number or 0)

@@ -21,7 +21,7 @@ from flask.testing import FlaskClient
 
 from bot.cli import main
 from bot.config import load_settings
-from bot.setup import SetupSettings, create_setup_app, merge_env
+from bot.web.setup import SetupSettings, create_setup_app, merge_env
 from tests import appkit
 from tests.standin import GitHubStandIn, serve
 

@@ -16,7 +16,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from bot import runtime, tasks
+from bot import services
 from bot.web.app import create_app
 from bot.batcher import Batcher
 from bot.db import Database, upgrade
@@ -309,15 +309,15 @@ def test_deliveries_reach_redis_in_batch_jobs_and_fan_out(
                 assert deliver(client, "installation", example("installation", "created"), delivery)
             assert rt.flush(5)
             jobs = [rt.huey.serializer.deserialize(x) for x in rt.huey.storage.enqueued_items()]
-            assert {j.name for j in jobs} == {"bot.tasks.process_deliveries"}
+            assert {j.name for j in jobs} == {"bot.queue.process_deliveries"}
             assert sorted(x for j in jobs for x in j.args[0]) == sorted(ids)
             assert len(jobs) < len(ids)
             rt.huey.storage.flush_queue()
             for j in jobs:  # what the worker does with each batch job
-                tasks.process_deliveries(j.args[0])
+                rt.queue.process_deliveries_task.call_local(j.args[0])
             queued = [rt.huey.serializer.deserialize(x) for x in rt.huey.storage.enqueued_items()]
             assert sorted(x.args[0] for x in queued) == sorted(ids)
-            assert {x.name for x in queued} == {"bot.tasks.process_delivery"}
+            assert {x.name for x in queued} == {"bot.queue.process_delivery"}
         finally:
             rt.db.dispose()
             rt.huey.storage.conn.close()

@@ -140,8 +140,8 @@ def fill(template: str, values: dict[str, str]) -> str:
 
 
 def app_inputs(gpu: str = "H200") -> dict[str, str]:
-    """What the App dispatches (bot/flow.py), for one made-up verification."""
-    from bot import flow
+    """What the App dispatches (bot/verification/effects.py), for one made-up verification."""
+    from bot.verification import effects
 
     v = SimpleNamespace(
         id="v-2c1f0e",
@@ -154,7 +154,7 @@ def app_inputs(gpu: str = "H200") -> dict[str, str]:
         rounds=5,
         modes=["streaming", "non-streaming"],
     )
-    return dict(flow._inputs(v, gpu))  # type: ignore[arg-type]
+    return dict(effects.dispatch_inputs(v, gpu))  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------------ lint
@@ -257,24 +257,24 @@ def test_the_app_sends_exactly_these_inputs() -> None:
 
 
 def test_run_name_is_what_the_app_matches() -> None:
-    from bot import flow
+    from bot.verification import effects
 
     template = workflow()["run-name"]
     for gpu in ("H100", "H200"):
         sent = app_inputs(gpu)
         name = fill(template, sent)
-        for pattern in (APP_RUN_NAME, flow.RUN_NAME):
+        for pattern in (APP_RUN_NAME, effects.RUN_NAME):
             m = pattern.search(name)
             assert m is not None, name
             assert m.groups() == (sent["verification_id"], sent["gpu"])
 
 
 def test_artifact_name_is_what_the_app_downloads() -> None:
-    from bot import flow
+    from bot.verification import effects
 
     sent = app_inputs("H100")
     up = step("verify", "Upload the bundle")
-    assert fill(up["with"]["name"], sent) == flow.artifact_name(sent["verification_id"], "H100")
+    assert fill(up["with"]["name"], sent) == effects.artifact_name(sent["verification_id"], "H100")
     assert up["with"]["if-no-files-found"] == "error"
     assert up["with"]["path"] == "${{ runner.temp }}/bundle"
     assert "!env.ACT" in up["if"]

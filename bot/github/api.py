@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import urllib3
 from github import GithubException
+from requests import RequestException
 
 from bot.github.attribution import other_pulls
 from bot.github.client import GitHubApp
@@ -82,11 +85,14 @@ def _pull(p: Any) -> Pull:
     )
 
 
-def _error(exc: Exception) -> GitHubError:
+def _error(exc: Exception) -> Exception:
+    """GitHub's refusal or its absence as a `GitHubError`; anything else (a bug) as is."""
     if isinstance(exc, GithubException):
         data = exc.data if isinstance(exc.data, dict) else {}
         return GitHubError(exc.status, str(data.get("message") or exc))
-    return GitHubError(0, f"GitHub unreachable: {type(exc).__name__}: {exc}")
+    if isinstance(exc, RequestException | urllib3.exceptions.HTTPError | OSError):
+        return GitHubError(0, f"GitHub unreachable: {type(exc).__name__}: {exc}")
+    return exc
 
 
 class GitHub:
@@ -94,6 +100,7 @@ class GitHub:
 
     def __init__(self, app: GitHubApp) -> None:
         self.app = app
+        self._pulls: dict[tuple[str, int], tuple[float, Pull]] = {}
 
     # ------------------------------------------------------------------ plumbing
 
@@ -106,7 +113,10 @@ class GitHub:
         except GitHubError:
             raise
         except Exception as exc:
-            raise _error(exc) from exc
+            mapped = _error(exc)
+            if mapped is exc:
+                raise
+            raise mapped from exc
 
     def request(self, repo: str, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         def go() -> Any:
@@ -125,8 +135,14 @@ class GitHub:
     def branch_sha(self, repo: str, branch: str) -> str:
         return str(self._call(lambda: self._repo(repo).get_branch(branch).commit.sha))
 
-    def pull(self, repo: str, number: int) -> Pull:
-        return self._call(lambda: _pull(self._repo(repo).get_pull(number)))  # type: ignore[no-any-return]
+    def pull(self, repo: str, number: int, max_age_s: float = 0.0) -> Pull:
+        """The PR; one read in the last `max_age_s` seconds (by this process) will do."""
+        hit = self._pulls.get((repo, number))
+        if hit is not None and time.monotonic() - hit[0] <= max_age_s:
+            return hit[1]
+        found: Pull = self._call(lambda: _pull(self._repo(repo).get_pull(number)))
+        self._pulls[(repo, number)] = (time.monotonic(), found)
+        return found
 
     def commits_ahead(self, repo: str, base: str, head: str) -> int:
         return int(self._call(lambda: self._repo(repo).compare(base, head).ahead_by))
@@ -166,7 +182,7 @@ class GitHub:
                     path=str(r.path or ""),
                     event=str(r.event or ""),
                 )
-        except GithubException as exc:
+        except (GithubException, RequestException, OSError) as exc:
             raise _error(exc) from exc
 
     def artifact_zip(self, repo: str, run_id: int, name: str) -> bytes | None:
@@ -184,8 +200,11 @@ class GitHub:
 
     # ------------------------------------------------------------------ writes
 
-    def open_pull(self, repo: str, *, base: str, head: str, title: str, body: str) -> Pull:
-        """Open the PR, or attach to the open one from the same branch."""
+    def open_pull(
+        self, repo: str, *, base: str, head: str, title: str, body: str
+    ) -> tuple[Pull, bool]:
+        """Open the PR, or attach to the open one from the same branch; whether it was
+        opened now."""
         r = self._repo(repo)
         try:
             created = r.create_pull(
@@ -195,16 +214,17 @@ class GitHub:
                 body=fit(body, COMMENT_LIMIT),
                 maintainer_can_modify=True,
             )
-            return _pull(created)
+            return _pull(created), True
         except GithubException as exc:
             if exc.status != 422 or "already exists" not in str(exc.data):
                 raise _error(exc) from exc
         found = self._call(lambda: next(iter(r.get_pulls(state="open", head=head)), None))
         if found is None:
             raise GitHubError(422, f"a PR from {head} exists but is not open")
-        return _pull(found)
+        return _pull(found), False
 
     def edit_pull_body(self, repo: str, number: int, body: str, link: str | None = None) -> None:
+        self._pulls.pop((repo, number), None)
         self._call(
             lambda: self._repo(repo).get_pull(number).edit(body=fit(body, COMMENT_LIMIT, link))
         )
@@ -270,22 +290,23 @@ class GitHub:
         return int(c.id)
 
     def edit_own_comment(
-        self, repo: str, comment_id: int, body: str, link: str | None = None
+        self, repo: str, number: int, comment_id: int, body: str, link: str | None = None
     ) -> bool:
         """Edit a comment the App wrote; False when it is gone (deleted) or not the App's."""
-        r = self._repo(repo)
-        try:
-            c = r.get_issue_comment(comment_id)
+
+        def edit() -> bool:
+            c = self._repo(repo).get_issue(number).get_comment(comment_id)
             if not self._is_own(c):
                 return False
             c.edit(fit(body, COMMENT_LIMIT, link))
-        except GithubException as exc:
+            return True
+
+        try:
+            return bool(self._call(edit))
+        except GitHubError as exc:
             if exc.status in (404, 410):
                 return False
-            raise _error(exc) from exc
-        except Exception as exc:
-            raise _error(exc) from exc
-        return True
+            raise
 
     def find_own_comment(self, repo: str, number: int, marker: str) -> int | None:
         """The App's own comment carrying `marker` (every page); others' are ignored."""

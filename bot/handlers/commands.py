@@ -51,7 +51,12 @@ def commented(ctx: Context) -> None:
 
 def _reverify(ctx: Context, number: int, user: str, cmd: Command) -> str:
     config = ctx.config()
-    plan = config.plan(gpus=cmd.gpus, rounds=cmd.rounds)
+    gpus = cmd.gpus
+    if gpus is None and not cmd.all_gpus:
+        with ctx.db.session() as s:
+            prev = store.latest(s, ctx.repo, number)
+            gpus = [g for g in prev.gpus if g in config.gpus] if prev else None
+    plan = config.plan(gpus=gpus or None, rounds=cmd.rounds)
     if not isinstance(plan, Plan):
         return messages.refused(user, plan)
     pull = ctx.github.pull(ctx.repo, number)

@@ -41,7 +41,7 @@ def pushed(ctx: Context) -> None:
     base_sha = None
     if config.base == "main":
         base_sha = ctx.github.branch_sha(ctx.repo, pull["base"]["ref"])
-    trigger = "push answering review" if answers_review else "push"
+    trigger = "push after review" if answers_review else "push"
     steps.verify_head(
         ctx.svc,
         ctx.repo,

@@ -11,16 +11,15 @@ cannot end a verification whose real run is going. A second run for a job that h
 from __future__ import annotations
 
 import logging
-import re
 from typing import Any
 
 from bot.handlers.context import Context
 from bot.handlers.registry import on
 from bot.verification import machine as M
 from bot.verification import steps, store
+from bot.verification.effects import RUN_NAME
 
 log = logging.getLogger(__name__)
-RUN_NAME = re.compile(r"^\s*rsi verify (v-[0-9a-f]{10}) ([a-z0-9]{2,20})\s*$")
 
 
 def _ours(ctx: Context, run: dict[str, Any]) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import io
 import logging
+import re
 import tempfile
 import zipfile
 from collections.abc import Callable
@@ -36,7 +37,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-RUN_NAME = "rsi verify {vid} {gpu}"
+# The runner workflow's run-name: how a run is found when GitHub returns no run id.
+RUN_NAME = re.compile(r"^\s*rsi verify (v-[0-9a-f]{4,32}) ([a-z0-9]{2,20})\s*$")
 CONCLUSION = {
     "improved": "success",
     "regressed": "failure",
@@ -46,6 +48,8 @@ CONCLUSION = {
 }
 # Room left in the comment for the ledger and the status lines above the evidence.
 LEDGER_BUDGET = 12_000
+# A PR read this recently serves the next effect too (comment, then body: one read).
+PULL_MAX_AGE_S = 10.0
 Executor = Callable[["Services", str, Any], "M.Event | None"]
 
 
@@ -77,11 +81,12 @@ def ensure_pull_request(svc: Services, vid: str, e: M.EnsurePullRequest) -> None
         head = v.head_ref if v.head_repo == v.repo else f"{v.head_repo.split('/')[0]}:{v.head_ref}"
         url = compare_url(svc.settings.web_url, v.repo, v.base_sha, v.head_sha, v.head_repo)
         body = messages.pr_opening(cand, url, messages.status_section(v))
+    opened = False
     if number is not None:
         pull = svc.github.pull(repo, number)
     else:
         base = svc.github.default_branch(repo)
-        pull = svc.github.open_pull(repo, base=base, head=head, title=cand.title, body=body)
+        pull, opened = svc.github.open_pull(repo, base=base, head=head, title=cand.title, body=body)
     iid = svc.github.installation_id(repo)
     with svc.db.session() as s:
         v = _load(s, vid)
@@ -96,6 +101,7 @@ def ensure_pull_request(svc: Services, vid: str, e: M.EnsurePullRequest) -> None
                     head_sha=pull.head_sha,
                     base_ref=pull.base_ref,
                     html_url=pull.html_url,
+                    opened_by_app=opened,
                 )
             )
     _report_config_error(svc, vid)
@@ -154,6 +160,10 @@ def dispatch(svc: Services, vid: str, e: M.Dispatch) -> M.Event | None:
             return M.Dispatched(e.gpu, found[0], found[1])
     ref = svc.github.default_branch(runner)
     run_id, url = svc.github.dispatch(runner, workflow, ref, inputs)
+    if run_id is None:  # older GitHub Enterprise: find the run it just created by name
+        found = find_run(svc, vid, e.gpu, utcnow() - dt.timedelta(minutes=2))
+        if found is not None:
+            run_id, url = found
     return M.Dispatched(e.gpu, run_id, url)
 
 
@@ -178,10 +188,10 @@ def find_run(
 ) -> tuple[int, str | None] | None:
     """The runner workflow's run for this job, by its run-name (GitHub Enterprise returns
     no run id on dispatch); runs already known to be another job's are skipped."""
-    name = RUN_NAME.format(vid=vid, gpu=gpu.lower())
     path = f".github/workflows/{svc.settings.RSI_WORKFLOW}"
     for run in svc.github.runs_since(svc.settings.RSI_RUNNER_REPO, since):
-        if run.title.strip() != name or run.event != "workflow_dispatch":
+        m = RUN_NAME.match(run.title)
+        if m is None or m.groups() != (vid, gpu.lower()) or run.event != "workflow_dispatch":
             continue
         if run.path and run.path.split("@")[0] != path:
             continue
@@ -437,6 +447,7 @@ def upsert_comment(svc: Services, vid: str, e: M.UpsertComment) -> None:
         good_id, good_base = (good.id, good.base_sha) if good is not None else (None, "")
         pr = store.pull_request(s, repo, number)
         known = pr.comment_id if pr is not None else None
+        look = pr is None or not pr.opened_by_app  # a PR the App opened has none to find
         base_ref = pr.base_ref if pr is not None else "main"
     evidence = _report_text(svc, good_id, "comment.md") if good_id else None
     moved = _main_moved(svc, repo, number, good_base) if good_id else 0
@@ -451,10 +462,10 @@ def upsert_comment(svc: Services, vid: str, e: M.UpsertComment) -> None:
             ledger_budget=LEDGER_BUDGET,
         )
     link = svc.report_url(good_id or vid)
-    if known is not None and svc.github.edit_own_comment(repo, known, body, link):
+    if known is not None and svc.github.edit_own_comment(repo, number, known, body, link):
         return
-    found = svc.github.find_own_comment(repo, number, COMMENT_MARKER)
-    if found is not None and svc.github.edit_own_comment(repo, found, body, link):
+    found = svc.github.find_own_comment(repo, number, COMMENT_MARKER) if look else None
+    if found is not None and svc.github.edit_own_comment(repo, number, found, body, link):
         cid = found
     else:
         cid = svc.github.create_comment(repo, number, body, link)
@@ -467,7 +478,7 @@ def upsert_comment(svc: Services, vid: str, e: M.UpsertComment) -> None:
 def _main_moved(svc: Services, repo: str, number: int, measured_base: str) -> int:
     """How many commits the PR's base branch is past the measured base (0 when the PR's
     own record of its base is the measured one, which saves a request)."""
-    pull = svc.github.pull(repo, number)
+    pull = svc.github.pull(repo, number, max_age_s=PULL_MAX_AGE_S)
     if pull.base_sha == measured_base:
         return 0
     try:
@@ -490,7 +501,7 @@ def update_pr_body(svc: Services, vid: str, e: M.UpdatePrBody) -> None:
     section = _report_text(svc, vid, "pr-body.md")
     if section is None:
         return
-    pull = svc.github.pull(repo, number)
+    pull = svc.github.pull(repo, number, max_age_s=PULL_MAX_AGE_S)
     new = replace_pr_section(pull.body, section)
     if new != pull.body:
         svc.github.edit_pull_body(repo, number, new, svc.report_url(vid))

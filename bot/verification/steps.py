@@ -14,6 +14,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from bot import observability
 from bot.models import Effect, Verification, utcnow
@@ -220,8 +221,13 @@ def verify_head(
             ),
         )
         older = [v.id for v in store.active(s, repo, number) if v.id != new.id]
+    new_id = new.id
+
+    def mark(s: Session, old: Verification) -> None:
+        old.superseded_by = new_id
+
     for vid in older:
-        apply(svc, vid, M.Supersede(new.id, head_sha))
+        apply(svc, vid, M.Supersede(new_id, head_sha), mark)
     log.info("%s of %s#%s at %s (%s)", new.id, repo, number, head_sha[:10], trigger)
     svc.queue.start(new.id)
     return new

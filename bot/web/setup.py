@@ -46,7 +46,7 @@ from bot.config import ConfigError
 
 log = logging.getLogger(__name__)
 
-MANIFEST = Path(__file__).resolve().parent.parent / "app.yml"
+MANIFEST = Path(__file__).resolve().parents[2] / "app.yml"
 STATE_TTL_S = 3600  # GitHub's manifest codes last an hour too
 MAX_PENDING = 100  # states kept at once (each GET /setup makes one)
 TIMEOUT_S = 30

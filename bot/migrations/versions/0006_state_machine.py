@@ -1,5 +1,6 @@
 """The verification state machine: a version per verification (transitions are
-compare-and-set), end reasons as a code with parameters, per-GPU job reasons, and the
+compare-and-set), end reasons as a code with parameters, per-GPU job reasons, whether the App opened a
+PR (then it has no evidence comment to look for), and the
 effects outbox written in the same transaction as the state it follows from.
 
 Revision ID: 0006
@@ -28,6 +29,10 @@ def upgrade() -> None:
         batch_op.add_column(
             sa.Column("dispatch_requested_at", sa.DateTime(timezone=True), nullable=True)
         )
+    with op.batch_alter_table("pull_requests", schema=None) as batch_op:
+        batch_op.add_column(
+            sa.Column("opened_by_app", sa.Boolean(), nullable=False, server_default=sa.false())
+        )
     op.create_table(
         "effects",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -48,6 +53,8 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_index("ix_effects_pending", table_name="effects")
     op.drop_table("effects")
+    with op.batch_alter_table("pull_requests", schema=None) as batch_op:
+        batch_op.drop_column("opened_by_app")
     with op.batch_alter_table("runner_jobs", schema=None) as batch_op:
         batch_op.drop_column("dispatch_requested_at")
         batch_op.drop_column("end_reason")
