@@ -170,6 +170,7 @@ class Effect(Base):
     done_at: Mapped[dt.datetime | None]
     error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    verification: Mapped[Verification] = relationship()
 
 
 class Approval(Base):

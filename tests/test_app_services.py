@@ -17,6 +17,7 @@ from bot import services
 from bot.web.app import create_app
 from bot.db import upgrade
 from bot.models import Verification
+from bot.verification import steps
 from evidence.render import COMMENT_MARKER
 from tests import appkit
 from tests.s3server import s3_endpoint  # noqa: F401  (fixture)
@@ -98,7 +99,11 @@ def test_core_loop_on_postgres_redis_and_s3(
     assert (
         deliver(client, "workflow_run", github.complete_run(appkit.RUNNER, run_id), "done-1") == 202
     )
-    wait_for(lambda: state(deployed, vid).state == "published", timeout=60)
+    rt: services.Services = deployed.extensions["rsi"]
+    wait_for(
+        lambda: state(deployed, vid).state == "published" and not steps.stuck_effects(rt),
+        timeout=60,
+    )
     v = state(deployed, vid)
     assert v.verdict == "improved"
     assert v.pr_number is not None
@@ -115,7 +120,6 @@ def test_core_loop_on_postgres_redis_and_s3(
     }
     assert f"evidence/bundles/{vid}/h200.zip" in keys
     assert f"evidence/reports/{vid}/report.html" in keys
-    rt: services.Services = deployed.extensions["rsi"]
     page = client.get(rt.report_url(vid).removeprefix("https://rsi.example.com"))
     assert page.status_code == 200
     completions = [

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from bot.github.api import GitHubError
 from bot.handlers.context import Context
 from bot.handlers.registry import on
 from bot.verification import machine as M
@@ -54,13 +55,22 @@ def _match(ctx: Context, run: dict[str, Any], *, learn: bool) -> tuple[str, str]
         else:
             duplicate, found = False, (job.verification_id, job.gpu)
     if duplicate:
-        if learn and run.get("status") != "completed":
-            log.warning("cancelling run %s: a second run for %s %s", run_id, m.group(1), m.group(2))
-            ctx.github.cancel_run(ctx.repo, run_id)
+        if learn and ctx.payload.get("action") == "requested":
+            _cancel_duplicate(ctx, run_id, f"{m.group(1)} {m.group(2)}")
         return None
     if found is not None and learn:
         steps.apply(ctx.svc, found[0], M.RunLocated(found[1], run_id, run.get("html_url")))
     return found
+
+
+def _cancel_duplicate(ctx: Context, run_id: int, job: str) -> None:
+    """A second run for a job that has one (a dispatch repeated after a crash)."""
+    log.warning("cancelling run %s: a second run for %s", run_id, job)
+    try:
+        ctx.github.cancel_run(ctx.repo, run_id)
+    except GitHubError as exc:
+        if exc.status not in (404, 409):
+            raise
 
 
 @on("workflow_run", "requested")

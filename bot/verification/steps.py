@@ -112,6 +112,7 @@ def _failed(svc: Services, vid: str, eid: int, kind: str, attempts: int, exc: Ex
     with svc.db.session() as s:
         row = s.get(Effect, eid)
         assert row is not None
+        repo = row.verification.repo
         row.attempts, row.error = attempts, error
         if attempts >= limit:
             row.done_at = utcnow()  # given up: the row keeps the error
@@ -120,10 +121,16 @@ def _failed(svc: Services, vid: str, eid: int, kind: str, attempts: int, exc: Ex
             row.next_at = utcnow() + dt.timedelta(seconds=delay)
     if attempts < limit:
         log.warning(
-            "%s: %s failed (attempt %d of %d), retrying: %s", vid, kind, attempts, limit, error
+            "%s of %s: %s failed (attempt %d of %d), retrying: %s",
+            vid,
+            repo,
+            kind,
+            attempts,
+            limit,
+            error,
         )
         return
-    log.error("%s: %s failed %d times, giving up: %s", vid, kind, attempts, error)
+    log.error("%s of %s: %s failed %d times, giving up: %s", vid, repo, kind, attempts, error)
     store.transition(svc.db, vid, M.StepFailed(kind, error, attempts))
 
 

@@ -557,6 +557,13 @@ class GitHubStandIn:
                 ids.append(self._new_comment(target, number, body.format(i=i), user, user_type).id)
             return ids
 
+    def delete_comment(self, comment_id: int) -> None:
+        """Someone (a maintainer, the author) deleted the comment on GitHub's web side:
+        from now on it is 404 to every API request."""
+        with self._lock:
+            del self.comments[comment_id]
+            self.reactions.pop(comment_id, None)
+
     def set_permission(self, repo: str, username: str, role: str) -> None:
         """``username``'s role on ``repo``: admin, maintain, write, triage, read or none."""
         if role not in _LEGACY_PERMISSION:

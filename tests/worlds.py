@@ -1,0 +1,185 @@
+"""The App in both of its shapes for end-to-end tests of a verification's life: the
+embedded default (SQLite, in-process queue) and the deployed one (PostgreSQL, a Redis
+queue with a real two-thread consumer). `World.settle()` waits until nothing is left
+to do, so a test reads the same on both."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+from flask import Flask
+from flask.testing import FlaskClient
+from sqlalchemy import select
+
+from bot import messages, services
+from bot.db import upgrade
+from bot.models import Delivery, Verification
+from bot.verification import steps
+from bot.web.app import create_app
+from tests import appkit
+from tests.services import postgres_database, redis_db
+from tests.standin import GitHubStandIn
+
+SHAPES = ("embedded", "deployed")
+
+
+@dataclass
+class World:
+    shape: str
+    app: Flask
+    svc: services.Services
+    github: GitHubStandIn
+    client: FlaskClient
+    tmp: Path
+
+    # --------------------------------------------------------------- acting
+
+    def promote(self, delivery: str = "d-1", **changes: Any) -> str:
+        body = appkit.dumps(appkit.candidate(**changes))
+        resp = self.client.post(
+            "/api/v1/candidates", data=body, headers=appkit.intake_headers(body, delivery)
+        )
+        assert resp.status_code == 202, resp.get_data(as_text=True)
+        vid: str = resp.get_json()["verification_id"]
+        self.settle()
+        return vid
+
+    def deliver(self, event: str, payload: dict[str, Any], delivery: str) -> int:
+        body = orjson.dumps(payload)
+        resp = self.client.post(
+            "/webhooks/github", data=body, headers=appkit.webhook_headers(body, event, delivery)
+        )
+        return resp.status_code
+
+    def run_id(self, vid: str, gpu: str) -> int:
+        job = next(j for j in self.verification(vid).jobs if j.gpu == gpu)
+        assert job.workflow_run_id is not None, f"{gpu} has no run"
+        return job.workflow_run_id
+
+    def give_bundle(self, vid: str, gpu: str, **spec: Any) -> None:
+        self.github.add_artifact(
+            appkit.RUNNER,
+            self.run_id(vid, gpu),
+            f"rsi-bundle-{vid}-{gpu.lower()}",
+            appkit.bundle_zip(self.tmp / f"{vid}-{gpu}-{time.monotonic_ns()}", vid, gpu, **spec),
+        )
+
+    def complete(self, vid: str, gpu: str, conclusion: str = "success", tag: str = "") -> None:
+        payload = self.github.complete_run(appkit.RUNNER, self.run_id(vid, gpu), conclusion)
+        assert self.deliver("workflow_run", payload, f"done-{vid}-{gpu}{tag}") == 202
+
+    def finish(self, vid: str, gpu: str = "H200", **spec: Any) -> None:
+        """The GPU's run succeeds with a real bundle of this verification."""
+        self.give_bundle(vid, gpu, **spec)
+        self.complete(vid, gpu)
+        self.settle()
+
+    def at_once(self, *calls: Callable[[], object]) -> None:
+        """Run the calls in threads released together (two webhooks at one instant)."""
+        gate = threading.Barrier(len(calls))
+        errors: list[BaseException] = []
+
+        def go(call: Callable[[], object]) -> None:
+            gate.wait()
+            try:
+                call()
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=go, args=(c,)) for c in calls]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not errors, errors
+
+    def reconcile(self) -> None:
+        self.svc.queue.reconcile()
+        self.settle()
+
+    # --------------------------------------------------------------- looking
+
+    def verification(self, vid: str) -> Verification:
+        with self.svc.db.session() as s:
+            v = s.get(Verification, vid)
+            assert v is not None
+            _ = list(v.jobs)
+            return v
+
+    def latest(self, number: int) -> Verification:
+        with self.svc.db.session() as s:
+            v = s.scalar(
+                select(Verification)
+                .where(Verification.pr_number == number)
+                .order_by(Verification.created_at.desc(), Verification.id.desc())
+                .limit(1)
+            )
+            assert v is not None
+            _ = list(v.jobs)
+            return v
+
+    def reason(self, vid: str) -> str:
+        return messages.end_reason(self.verification(vid))
+
+    def settle(self, timeout: float = 60.0) -> None:
+        """Wait until every delivery is handled, no effect is due and the queue is empty."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self.svc.db.session() as s:
+                waiting = s.scalar(
+                    select(Delivery.id).where(Delivery.status == "queued").limit(1)
+                )
+            busy = waiting is not None or steps.stuck_effects(self.svc)
+            if not busy and (self.shape == "embedded" or self._queue_idle()):
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"not settled: delivery {waiting}, effects {steps.stuck_effects(self.svc)}"
+                )
+            time.sleep(0.05)
+
+    def _queue_idle(self) -> bool:
+        return bool(self.svc.huey.pending_count() == 0 and self.svc.huey.scheduled_count() == 0)
+
+
+@contextmanager
+def world(shape: str, tmp: Path, github: GitHubStandIn, **overrides: Any) -> Iterator[World]:
+    values: dict[str, Any] = {"RSI_EFFECT_ATTEMPTS": 3, **overrides}
+    if shape == "embedded":
+        settings = appkit.settings(tmp, github.url, **values)
+        upgrade(settings.DATABASE_URL)
+        svc = services.build(settings, immediate=True)
+        app = create_app(svc=svc)
+        try:
+            yield World(shape, app, svc, github, app.test_client(), tmp)
+        finally:
+            svc.db.dispose()
+        return
+    with postgres_database() as db_url, redis_db() as redis_url:
+        settings = appkit.settings(
+            tmp, github.url, DATABASE_URL=db_url, REDIS_URL=redis_url, **values
+        )
+        upgrade(settings.DATABASE_URL)
+        svc = services.build(settings)
+        saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        consumer = svc.huey.create_consumer(
+            workers=2, worker_type="thread", periodic=False, check_worker_health=False
+        )
+        consumer.start()
+        app = create_app(svc=svc)
+        try:
+            yield World(shape, app, svc, github, app.test_client(), tmp)
+        finally:
+            consumer.stop(graceful=True)
+            for sig, handler in saved.items():
+                signal.signal(sig, handler)
+            svc.db.dispose()
+            svc.huey.storage.conn.close()
