@@ -49,7 +49,7 @@ class Settings(BaseSettings):
     RSI_TRUSTED_PUSHERS: str = ""
     # A failed effect (a GitHub write, a bundle download) is retried this many times,
     # waiting BACKOFF, 2×BACKOFF, … (at most 10 minutes), then the verification fails.
-    RSI_EFFECT_ATTEMPTS: int = Field(default=6, ge=1, le=50)
+    RSI_EFFECT_ATTEMPTS: int = Field(default=8, ge=1, le=50)
     RSI_EFFECT_BACKOFF_S: float = Field(default=5.0, ge=0)
     RSI_RUN_TIMEOUT_S: int = Field(default=6 * 3600, ge=60)
     RSI_LEASE_S: int = Field(default=600, ge=5)

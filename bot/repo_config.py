@@ -32,20 +32,16 @@ whether it changed (`If-None-Match`: a 304 costs no rate limit and no parse).
 
 from __future__ import annotations
 
-import base64
-import binascii
 import difflib
 import html
 import json
 import logging
 import re
-import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Annotated, Any, Literal
 
 import yaml
-from github import GithubException
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -56,7 +52,6 @@ from pydantic import (
     field_validator,
 )
 
-from bot.github.client import GitHubApp
 from evidence.policy import Policy
 
 log = logging.getLogger(__name__)
@@ -298,7 +293,7 @@ class ConfigResult:
         return self.error is None
 
 
-def _fail(source: ConfigResult, problems: Sequence[Problem]) -> ConfigResult:
+def fail_with(source: ConfigResult, problems: Sequence[Problem]) -> ConfigResult:
     """The defaults, with what is wrong with the file `source` describes."""
     probs = tuple(problems)
     error = "\n".join(str(p) for p in probs)
@@ -318,23 +313,23 @@ def parse(
         what = " ".join(x for x in (exc.context, exc.problem) if x) or "invalid YAML"
         line = mark.line + 1 if mark else None
         column = mark.column + 1 if mark else None
-        return _fail(source, [Problem(f"YAML syntax: {what}", line=line, column=column)])
+        return fail_with(source, [Problem(f"YAML syntax: {what}", line=line, column=column)])
     except yaml.YAMLError as exc:  # e.g. a control character the reader refuses
-        return _fail(source, [Problem(f"YAML syntax: {exc}")])
+        return fail_with(source, [Problem(f"YAML syntax: {exc}")])
     if data is None:  # empty, or only comments
         return source
     if not isinstance(data, dict):
         line = root.start_mark.line + 1 if root is not None else None
         what = f"the file must be a mapping of keys such as `rounds: 5`, not a {_yaml_kind(data)}"
-        return _fail(source, [Problem(what, line=line)])
+        return fail_with(source, [Problem(what, line=line)])
     duplicates = list(_duplicates(root, ()))
     try:
         config = RepoConfig.model_validate(data)
     except ValidationError as exc:
         problems = [_problem(err, root) for err in exc.errors()]
-        return _fail(source, sorted([*duplicates, *problems], key=_order))
+        return fail_with(source, sorted([*duplicates, *problems], key=_order))
     if duplicates:
-        return _fail(source, duplicates)
+        return fail_with(source, duplicates)
     return replace(source, config=config)
 
 
@@ -400,7 +395,7 @@ def _fields_at(loc: Sequence[int | str]) -> list[str]:
 def _shown(value: Any) -> str:
     """A value from the file, quoted safely (a code span: no mentions, no markup)."""
     text = json.dumps(value, default=str, ensure_ascii=False)
-    return _code(text if len(text) <= 60 else text[:57] + "…")
+    return code_span(text if len(text) <= 60 else text[:57] + "…")
 
 
 def _problem(err: Any, root: yaml.Node | None) -> Problem:
@@ -410,9 +405,9 @@ def _problem(err: Any, root: yaml.Node | None) -> Problem:
         key = str(loc[-1])
         known = _fields_at(loc[:-1])
         close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-        hint = f"; did you mean {_code(close[0])}?" if close else ""
-        allowed = f" (known: {', '.join(map(_code, known))})" if known and not close else ""
-        message = f"unknown key {_code(key)}{hint}{allowed}"
+        hint = f"; did you mean {code_span(close[0])}?" if close else ""
+        allowed = f" (known: {', '.join(map(code_span, known))})" if known and not close else ""
+        message = f"unknown key {code_span(key)}{hint}{allowed}"
         node = _node_at(root, loc, key=True)
     else:
         if kind in ("model_type", "model_attributes_type", "dict_type"):
@@ -438,7 +433,7 @@ def _duplicates(node: yaml.Node | None, loc: tuple[int | str, ...]) -> Any:
             name = str(k.value) if isinstance(k, yaml.ScalarNode) else None
             if name is not None and name in seen:
                 yield Problem(
-                    f"{_code(name)} is given twice (only one may be)",
+                    f"{code_span(name)} is given twice (only one may be)",
                     field=_path((*loc, name)),
                     line=k.start_mark.line + 1,
                     column=k.start_mark.column + 1,
@@ -451,90 +446,10 @@ def _duplicates(node: yaml.Node | None, loc: tuple[int | str, ...]) -> Any:
             yield from _duplicates(item, (*loc, i))
 
 
-# --- fetching, with ETags ----------------------------------------------------------------
-
-
-@dataclass
-class _Entry:
-    etag: str | None
-    result: ConfigResult
-
-
-@dataclass
-class ConfigCache:
-    """Per process, keyed by repository; thread-safe. The file is fetched from the default
-    branch; after the first read each `get` is a conditional request, and a 304 reuses the
-    cached result as is (no parse). A 200 whose blob sha is unchanged is not re-parsed
-    either (an ETag can change with the token). 404 → defaults, no error."""
-
-    path: str = CONFIG_PATH
-    _entries: dict[str, _Entry] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def get(self, gh_app: GitHubApp, installation_id: int, repo: str) -> ConfigResult:
-        key = repo.lower()
-        with self._lock:
-            cached = self._entries.get(key)
-        headers = {"If-None-Match": cached.etag} if cached is not None and cached.etag else {}
-        requester = gh_app.client(installation_id).requester
-        status, resp_headers, body = requester.requestJson(
-            "GET", f"/repos/{repo}/contents/{self.path}", headers=headers
-        )
-        if status == 304 and cached is not None:
-            return cached.result
-        if status == 404:
-            self.forget(repo)
-            return ConfigResult(RepoConfig(), path=self.path)
-        if status != 200:
-            raise GithubException(status, _json(body), resp_headers)
-        doc = _json(body)
-        sha = doc.get("sha") if isinstance(doc.get("sha"), str) else None
-        if cached is not None and sha is not None and cached.result.sha == sha:
-            result = cached.result
-        else:
-            result = self._read(doc, sha)
-            if result.error:
-                log.info("%s: %s is not valid:\n%s", repo, self.path, result.error)
-        with self._lock:
-            self._entries[key] = _Entry(resp_headers.get("etag"), result)
-        return result
-
-    def _read(self, doc: dict[str, Any], sha: str | None) -> ConfigResult:
-        html_url = doc.get("html_url") if isinstance(doc.get("html_url"), str) else None
-        source = ConfigResult(RepoConfig(), found=True, sha=sha, html_url=html_url, path=self.path)
-        if doc.get("type") != "file":
-            return _fail(source, [Problem(f"{_code(self.path)} is not a file")])
-        if doc.get("encoding") != "base64" or not isinstance(doc.get("content"), str):
-            return _fail(source, [Problem(f"{_code(self.path)} is too large to read")])
-        try:
-            text = base64.b64decode(doc["content"]).decode("utf-8-sig")
-        except (binascii.Error, UnicodeDecodeError):
-            return _fail(source, [Problem(f"{_code(self.path)} is not UTF-8 text")])
-        return parse(text, sha=sha, html_url=html_url, path=self.path)
-
-    def forget(self, repo: str) -> None:
-        with self._lock:
-            self._entries.pop(repo.lower(), None)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-
-
-def _json(data: str | None) -> dict[str, Any]:
-    if not data:
-        return {}
-    try:
-        doc = json.loads(data)
-    except ValueError:
-        return {"message": data[:200]}
-    return doc if isinstance(doc, dict) else {"items": doc}
-
-
 # --- the PR's message ----------------------------------------------------------------------
 
 
-def _code(text: str) -> str:
+def code_span(text: str) -> str:
     """`text` as a Markdown code span, whatever backticks it holds."""
     text = text.replace("\n", " ")
     fence = "`" * (max(map(len, re.findall("`+", text)), default=0) + 1)
@@ -546,9 +461,9 @@ def render_error(result: ConfigResult) -> str:
     """Markdown for the PR when `.github/rsi.yml` is malformed ("" when it is not)."""
     if result.error is None:
         return ""
-    name = _code(result.path)
+    name = code_span(result.path)
     link = f"[{name}]({result.html_url})" if result.html_url else name
-    sha = f" (blob {_code(result.sha[:7])})" if result.sha else ""
+    sha = f" (blob {code_span(result.sha[:7])})" if result.sha else ""
     lines = [
         f"### ⚠️ {name} is not valid",
         "",
@@ -561,7 +476,7 @@ def render_error(result: ConfigResult) -> str:
             at = f"line {p.line}" + (f", column {p.column}" if p.column else "")
             where.append(f"[{at}]({result.html_url}#L{p.line})" if result.html_url else at)
         if p.field:
-            where.append(_code(p.field))
+            where.append(code_span(p.field))
         head = f"**{' · '.join(where)}**: " if where else ""
         lines.append(f"- {head}{_inline(p.message)}")
     if len(result.problems) > MAX_PROBLEMS:
@@ -591,7 +506,3 @@ def _inline(message: str) -> str:
         at = span.end()
     out.append(html.escape(message[at:], quote=False))
     return "".join(out)
-
-
-CACHE = ConfigCache()
-"""The process's cache (the App and its workers each hold one)."""

@@ -17,7 +17,8 @@ from bot.config import Settings
 from bot.db import Database
 from bot.github.api import GitHub
 from bot.github.client import GitHubApp
-from bot.repo_config import ConfigCache, ConfigResult
+from bot.github.config_file import ConfigCache
+from bot.repo_config import ConfigResult
 from bot.signing import UrlSigner
 
 if TYPE_CHECKING:

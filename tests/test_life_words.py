@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import io
 import re
-import time
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,8 @@ from bot.github.api import CHECK_TEXT_LIMIT, COMMENT_LIMIT, fit
 from bot.models import Delivery, Verification
 from evidence.render import COMMENT_MARKER
 from evidence.synth import BASE_SHA, HEAD_SHA
-from tests import appkit
+from tests import appkit, worlds
+from tests.services import redis_db
 from tests.standin import GitHubStandIn
 from tests.standin.state import Comment
 from tests.test_reviews import command, push, review
@@ -34,36 +34,21 @@ MERGED_SHA = "77" * 20  # the commit PR #77 left on main
 WRITER = "maintainer-mia"
 CONFIG = "gpus: [H200]\nrounds: 4\nmodes: [streaming]\n"
 T0 = datetime(2026, 1, 5, 9, 30, tzinfo=UTC)
+REDIS_DB = 12
 
 
 @pytest.fixture(params=SHAPES)
-def w(request: pytest.FixtureRequest, tmp_path: Path, github: GitHubStandIn) -> Iterator[World]:
+def w(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    github: GitHubStandIn,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[World]:
+    # A Redis database of its own: another run of the deployed tests on this machine
+    # (database 14) would otherwise share, and flush, this one's queue.
+    monkeypatch.setattr(worlds, "redis_db", lambda: redis_db(REDIS_DB))
     with world(request.param, tmp_path, github) as x:
-        if x.shape == "deployed":
-            x.settle = _settle_in_flight_too(x)  # type: ignore[method-assign]
         yield x
-
-
-def _settle_in_flight_too(x: World) -> Callable[[float], None]:
-    """`World.settle` counts the tasks waiting in Redis, not one a consumer worker has
-    just taken and still runs (`bot.queue.start` between the intake's answer and its
-    first effect): settled means quiet twice in a row with no task in flight."""
-    plain = x.settle
-    huey: Any = x.svc.huey
-
-    def settle(timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        quiet = 0
-        while quiet < 2:
-            plain(max(1.0, deadline - time.monotonic()))
-            if huey._tasks_in_flight:
-                quiet = 0
-                assert time.monotonic() < deadline, "a task is still running"
-            else:
-                quiet += 1
-            time.sleep(0.05)
-
-    return settle
 
 
 # ----------------------------------------------------------------------- helpers
@@ -160,15 +145,7 @@ def published(w: World, **changes: Any) -> Verification:
 
 @pytest.mark.parametrize("attach", ["pull_request", "same-branch"])
 def test_a_strangers_comment_with_the_marker_is_never_edited(w: World, attach: str) -> None:
-    pull = w.github.add_pull(
-        appkit.UPSTREAM,
-        head=f"openrsi-bot:{appkit.HEAD_REF}",
-        head_sha=HEAD_SHA,
-        title="opened by hand",
-        body="Opened by a person.",
-        user="alice",
-    )
-    number = int(pull["number"])
+    number = _persons_pull(w)
     copied = f"{COMMENT_MARKER}\nI copied the bot's marker into my own comment."
     [theirs] = w.github.add_comments(appkit.UPSTREAM, number, 1, body=copied, user="mallory")
     before = w.github.comments[theirs].updated_at
@@ -184,11 +161,50 @@ def test_a_strangers_comment_with_the_marker_is_never_edited(w: World, attach: s
     [ours] = evidence_comments(w, number)
     assert ours.id != theirs
     assert "throughput" in ours.body
+    # The App looked for a comment of its own before writing one.
+    assert w.github.count("GET", rf"/issues/{number}/comments$") >= 1
     w.github.assert_clean()
 
 
-def test_a_deleted_evidence_comment_is_written_again(w: World) -> None:
-    first = published(w)
+def _persons_pull(w: World) -> int:
+    pull = w.github.add_pull(
+        appkit.UPSTREAM,
+        head=f"openrsi-bot:{appkit.HEAD_REF}",
+        head_sha=HEAD_SHA,
+        title="opened by hand",
+        body="Opened by a person.",
+        user="alice",
+    )
+    return int(pull["number"])
+
+
+def test_the_apps_earlier_comment_on_an_attached_pr_is_found_and_edited(w: World) -> None:
+    """The App's own comment from before (its database lost, or another process) is
+    the one edited; the stranger's copy of the marker before it is left alone."""
+    number = _persons_pull(w)
+    copied = f"{COMMENT_MARKER}\nquoting the bot"
+    [theirs] = w.github.add_comments(appkit.UPSTREAM, number, 1, body=copied, user="mallory")
+    earlier = w.github.add_app_comment(appkit.UPSTREAM, number, f"{COMMENT_MARKER}\nold words")
+    w.github.add_comments(appkit.UPSTREAM, number, 40, body="remark {i}")  # a second page
+
+    vid = w.promote(pull_request=number)
+    w.finish(vid)
+    assert w.verification(vid).state == "published", w.reason(vid)
+
+    [ours] = evidence_comments(w, number)
+    assert ours.id == earlier
+    assert "throughput" in ours.body and "old words" not in ours.body
+    assert w.github.comments[theirs].body == copied
+    assert w.github.count("POST", rf"/issues/{number}/comments$") == 0
+    w.github.assert_clean()
+
+
+@pytest.mark.parametrize("opened_by", ["app", "person"])
+def test_a_deleted_evidence_comment_is_written_again(w: World, opened_by: str) -> None:
+    if opened_by == "person":
+        first = published(w, pull_request=_persons_pull(w))
+    else:
+        first = published(w)
     number = first.pr_number or 0
     [gone] = evidence_comments(w, number)
     w.github.delete_comment(gone.id)
@@ -205,6 +221,7 @@ def test_a_deleted_evidence_comment_is_written_again(w: World) -> None:
     assert again.id != gone.id
     assert "throughput" in again.body
     assert f"**`{HEAD_SHA[:10]}`**" in again.body  # the ledger names the current commit
+    assert w.github.count("PATCH", rf"/issues/comments/{gone.id}$") == 0  # 404 on its GET
     w.github.assert_clean()
 
 
@@ -385,9 +402,7 @@ def test_asking_for_what_already_runs_is_still_told_when_it_ends(w: World) -> No
 def test_a_review_round_ends_with_the_first_push_after_it(w: World) -> None:
     vid = w.promote()
     number = w.verification(vid).pr_number or 0
-    assert (
-        w.deliver("pull_request_review", review(number, "changes_requested"), "r-1") == 202
-    )
+    assert w.deliver("pull_request_review", review(number, "changes_requested"), "r-1") == 202
     w.settle()
     assert w.deliver("pull_request", push(w.github, number, NEW_SHA, "openrsi-bot"), "p-a") == 202
     w.settle()
@@ -437,9 +452,7 @@ def test_one_verification_with_attribution_costs_at_most_twelve_requests(
 ) -> None:
     """Intake to published once tokens and default branches are cached, with the
     attribution's compare (one commit) and its commit-to-pull lookup counted in."""
-    github.add_merged_pull(
-        appkit.UPSTREAM, 77, "Speed up the vocoder", [MERGED_SHA], merged_at=T0
-    )
+    github.add_merged_pull(appkit.UPSTREAM, 77, "Speed up the vocoder", [MERGED_SHA], merged_at=T0)
     github.set_compare(appkit.UPSTREAM, BASE_SHA, HEAD_SHA, commits=[MERGED_SHA])
     with world("embedded", tmp_path, github) as x:
         x.finish(x.promote("warm-up"))

@@ -11,8 +11,10 @@ import pytest
 from pydantic import ValidationError
 
 from bot import repo_config
+from bot.github import config_file
 from bot.github.client import GitHubApp
-from bot.repo_config import CONFIG_PATH, ConfigCache, ConfigResult, RepoConfig, parse, render_error
+from bot.github.config_file import ConfigCache
+from bot.repo_config import CONFIG_PATH, ConfigResult, RepoConfig, parse, render_error
 from evidence.policy import Policy
 from tests import appkit
 from tests.standin import GitHubStandIn
@@ -191,7 +193,7 @@ def test_yaml_syntax_error_names_line_and_column(text: str, line: int, column: i
 @pytest.mark.parametrize(
     ("text", "field", "line", "words"),
     [
-        ("rounds: 1\n", "rounds", 1, "greater than or equal to 2"),
+        ("rounds: 1\n", "rounds", 1, "greater than or equal to 3"),
         ("rounds: 51\nbudget: {max_rounds: 50}\n", "rounds", 1, "less than or equal to 50"),
         ("rounds: 12\n", "rounds", 1, "budget.max_rounds (10)"),
         ("gpus:\n  - h100\n  - a100\n", "gpus[1]", 3, "'H100' or 'H200'"),
@@ -305,7 +307,7 @@ def test_file_is_read_then_revalidated_with_its_etag(
         parsed.append(text)
         return real_parse(text, **kw)
 
-    monkeypatch.setattr(repo_config, "parse", spy)
+    monkeypatch.setattr(config_file, "parse", spy)
     cache = ConfigCache()
 
     first = cache.get(gh_app, iid, appkit.UPSTREAM)

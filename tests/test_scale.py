@@ -16,9 +16,10 @@ from pathlib import Path
 import orjson
 import pytest
 import requests
+from sqlalchemy import func, select
 
 from bot.db import Database, upgrade
-from bot.models import Verification
+from bot.models import Effect, Verification
 from evidence.render import COMMENT_MARKER
 from tests import appkit
 from tests.services import postgres_database, redis_db
@@ -128,10 +129,17 @@ def _state(db: Database, vid: str) -> Verification:
 
 
 def _wait(db: Database, vid: str, state: str, timeout: float = 60) -> Verification:
+    """Until the verification is in `state` with every effect of it carried out."""
     deadline = time.monotonic() + timeout
     while True:
         v = _state(db, vid)
-        if v.state == state:
+        with db.session() as s:
+            pending = s.scalar(
+                select(func.count())
+                .select_from(Effect)
+                .where(Effect.verification_id == vid, Effect.done_at.is_(None))
+            )
+        if v.state == state and not pending:
             return v
         assert time.monotonic() < deadline, f"{vid} is {v.state} ({v.reason})"
         time.sleep(0.2)

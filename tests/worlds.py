@@ -132,17 +132,24 @@ class World:
     def settle(self, timeout: float = 60.0) -> None:
         """Wait until every delivery is handled, no effect is due and the queue is empty."""
         deadline = time.monotonic() + timeout
+        quiet = 0  # a job taken off the queue is in no table: idle must last a moment
         while True:
             with self.svc.db.session() as s:
-                waiting = s.scalar(
-                    select(Delivery.id).where(Delivery.status == "queued").limit(1)
+                waiting = s.scalar(select(Delivery.id).where(Delivery.status == "queued").limit(1))
+                queued = s.scalar(
+                    select(Verification.id).where(Verification.state == "queued").limit(1)
                 )
-            busy = waiting is not None or steps.stuck_effects(self.svc)
-            if not busy and (self.shape == "embedded" or self._queue_idle()):
+            busy = waiting is not None or queued is not None or steps.stuck_effects(self.svc)
+            if self.shape == "embedded" and not busy:
+                return
+            quiet = 0 if busy or not self._queue_idle() else quiet + 1
+            if quiet >= 4:
                 return
             if time.monotonic() > deadline:
                 raise AssertionError(
-                    f"not settled: delivery {waiting}, effects {steps.stuck_effects(self.svc)}"
+                    f"not settled: delivery {waiting}, queued {queued}, effects "
+                    f"{steps.stuck_effects(self.svc)}, jobs {self.svc.huey.pending_count()} "
+                    f"waiting and {self.svc.huey.scheduled_count()} scheduled"
                 )
             time.sleep(0.05)
 

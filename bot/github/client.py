@@ -38,12 +38,14 @@ class _CountedRetry(GithubRetry):
 
 
 def _retry(backoff: float) -> GithubRetry:
-    # 429 joins GithubRetry's 5xx and 403 handling; waits are capped so a job does not hang.
+    """429 joins GithubRetry's 5xx and 403 handling. Retries here hold a worker thread,
+    so they are few and short (3 tries, waits of at most a minute); a longer outage is
+    the job of the effects' scheduled retries (`bot.verification.steps`), which free it."""
     return _CountedRetry(
-        total=6,
+        total=3,
         backoff_factor=backoff,
         secondary_rate_wait=30,
-        max_rate_limit_wait=900,
+        max_rate_limit_wait=60,
         status_forcelist=[*range(500, 600), 429],
     )
 

@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
-import requests
 import yaml
 from flask import Blueprint, Flask, Response, current_app, request
 from jinja2 import Environment, PackageLoader, StrictUndefined
@@ -43,14 +42,13 @@ from pydantic import ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from bot.config import ConfigError
+from bot.github import manifest
 
 log = logging.getLogger(__name__)
 
 MANIFEST = Path(__file__).resolve().parents[2] / "app.yml"
 STATE_TTL_S = 3600  # GitHub's manifest codes last an hour too
 MAX_PENDING = 100  # states kept at once (each GET /setup makes one)
-TIMEOUT_S = 30
-API_VERSION = "2022-11-28"
 ENV_KEYS = ("APP_ID", "PRIVATE_KEY", "WEBHOOK_SECRET", "RSI_INTAKE_SECRET")
 _ORG = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})$")
 _CODE = re.compile(r"^[A-Za-z0-9_-]{1,200}$")
@@ -236,33 +234,20 @@ class SetupFailed(Exception):
 
 def convert(settings: SetupSettings, code: str) -> dict[str, Any]:
     """`POST /app-manifests/{code}/conversions`: the new App, with its secrets."""
-    url = f"{settings.GITHUB_API_URL}/app-manifests/{quote(code, safe='')}/conversions"
     try:
-        resp = requests.post(
-            url,
-            headers={
-                "Accept": "application/vnd.github+json",
-                "X-GitHub-Api-Version": API_VERSION,
-                "User-Agent": "rsi-bot",
-            },
-            timeout=TIMEOUT_S,
-        )
-    except requests.RequestException as exc:
-        log.warning("setup: GitHub could not be reached: %s", type(exc).__name__)
+        status, app = manifest.convert(settings.GITHUB_API_URL, code)
+    except manifest.Unreachable as exc:
+        log.warning("setup: GitHub could not be reached: %s", exc)
         raise SetupFailed("GitHub could not be reached; try again.", 502) from None
-    if resp.status_code in (404, 422):
+    if status in (404, 422):
         raise SetupFailed(
             "GitHub did not accept this code: each code works once, for an hour. "
             "Start again to create the App.",
             400,
         )
-    if resp.status_code != 201:
-        log.warning("setup: the manifest conversion answered %s", resp.status_code)
-        raise SetupFailed(f"GitHub answered {resp.status_code}; try again.", 502)
-    try:
-        app = resp.json()
-    except ValueError:
-        app = None
+    if status != 201:
+        log.warning("setup: the manifest conversion answered %s", status)
+        raise SetupFailed(f"GitHub answered {status}; try again.", 502)
     if not isinstance(app, dict) or not all(k in app for k in ("id", "pem", "html_url")):
         raise SetupFailed("GitHub's answer did not describe an App.", 502)
     return app

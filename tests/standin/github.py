@@ -564,6 +564,15 @@ class GitHubStandIn:
             del self.comments[comment_id]
             self.reactions.pop(comment_id, None)
 
+    def add_app_comment(self, repo: str, number: int, body: str) -> int:
+        """A comment the App wrote earlier (e.g. before its database was lost): by its
+        bot user, ``performed_via_github_app`` set, editable by the App."""
+        with self._lock:
+            target = self.repo(repo)
+            self._issue_or_pull(target, number, create=True)
+            bot = self._bot_login()
+            return self._new_comment(target, number, body, bot, "Bot", via_app=True).id
+
     def set_permission(self, repo: str, username: str, role: str) -> None:
         """``username``'s role on ``repo``: admin, maintain, write, triage, read or none."""
         if role not in _LEGACY_PERMISSION:

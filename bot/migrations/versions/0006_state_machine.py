@@ -1,7 +1,7 @@
 """The verification state machine: a version per verification (transitions are
-compare-and-set), end reasons as a code with parameters, per-GPU job reasons, whether the App opened a
-PR (then it has no evidence comment to look for), and the
-effects outbox written in the same transaction as the state it follows from.
+compare-and-set), end reasons as a code with parameters, per-GPU job reasons, whether
+the App opened a PR (then it has no evidence comment to look for), and the effects
+outbox written in the same transaction as the state it follows from.
 
 Revision ID: 0006
 Revises: 0005
