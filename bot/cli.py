@@ -159,11 +159,22 @@ def serve(host: str, port: int, workers: int) -> None:
 
 
 @main.command()
-def reconcile() -> None:
+@click.option(
+    "--redeliver-since",
+    type=click.IntRange(1, 72),
+    default=None,
+    help="Also ask GitHub to redeliver what failed this many hours back (at most 72, "
+    "what GitHub keeps); after an outage longer than the worker's hourly look.",
+)
+def reconcile(redeliver_since: int | None) -> None:
     """Re-queue lost work and time out silent runners now (the worker does it every minute)."""
-    from bot import services
+    from bot import deliveries, services
 
-    services.build(_settings()).queue.reconcile()
+    svc = services.build(_settings())
+    svc.queue.reconcile()
+    if redeliver_since is not None:
+        n = deliveries.redeliver_failed(svc, window_s=redeliver_since * 3600)
+        click.echo(f"asked GitHub to redeliver {n} failed deliveries")
     click.echo("reconciled")
 
 

@@ -139,9 +139,24 @@ class Database:
 
     def _connect_writer(self) -> Any:
         """An autocommit psycopg connection for the delivery writer, taken out of the
-        pool (same connect arguments) and kept by it."""
+        pool (same connect arguments) and kept by it. A pooled connection that died in a
+        database outage is thrown away, not handed over (the writer would answer 500 to
+        the first deliveries after the database came back)."""
+        for _ in range(3):
+            fairy = self.engine.raw_connection()
+            conn: Any = fairy.driver_connection
+            try:
+                conn.execute("SELECT 1")
+                if conn.info.transaction_status:  # the check opened a transaction
+                    conn.rollback()
+            except Exception:
+                fairy.invalidate()
+                continue
+            fairy.detach()
+            conn.autocommit = True
+            return conn
         fairy = self.engine.raw_connection()
-        conn: Any = fairy.driver_connection
+        conn = fairy.driver_connection
         fairy.detach()
         conn.autocommit = True
         return conn

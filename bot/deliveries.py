@@ -25,7 +25,13 @@ log = logging.getLogger(__name__)
 
 DELIVERY_GRACE_S = 60
 MAX_DELIVERY_ATTEMPTS = 20
-REDELIVERY_WINDOW_S = 3 * 24 * 3600  # GitHub keeps hook deliveries for three days
+# How far back the reconciler looks for failed hook deliveries, every minute: an hour
+# covers any outage it could have missed while it ran; GitHub keeps three days, which
+# `rsi-bot reconcile --redeliver-since` reaches after a longer one.
+REDELIVERY_WINDOW_S = 3600
+# A delivery's claim: long enough for its handlers (GitHub calls, a few transitions), short
+# enough that one cut off by a crash or a database outage is taken up again soon.
+CLAIM_S = 120
 
 
 def process(svc: Services, delivery_id: str) -> None:
@@ -40,7 +46,7 @@ def process(svc: Services, delivery_id: str) -> None:
             )
             .values(
                 attempts=Delivery.attempts + 1,
-                claimed_until=now + dt.timedelta(seconds=svc.settings.RSI_LEASE_S),
+                claimed_until=now + dt.timedelta(seconds=min(CLAIM_S, svc.settings.RSI_LEASE_S)),
             )
         ).rowcount  # type: ignore[attr-defined]
         if not claimed:
@@ -62,11 +68,14 @@ def process(svc: Services, delivery_id: str) -> None:
     try:
         handled = handlers.dispatch(ctx)
     except Exception as exc:
-        with svc.db.session() as s:
-            d = s.get(Delivery, delivery_id)
-            assert d is not None
-            d.error = f"{type(exc).__name__}: {exc}"[:2000]
-            d.claimed_until = None  # free for the retry
+        try:
+            with svc.db.session() as s:
+                d = s.get(Delivery, delivery_id)
+                assert d is not None
+                d.error = f"{type(exc).__name__}: {exc}"[:2000]
+                d.claimed_until = None  # free for the retry
+        except Exception:  # the database is down too: the claim runs out instead
+            log.warning("delivery %s: could not release its claim", delivery_id)
         log.warning(
             "delivery %s (%s.%s) of %s failed: %s: %s",
             delivery_id,
@@ -139,11 +148,11 @@ def requeue_lost(svc: Services) -> int:
     return len(lost)
 
 
-def redeliver_failed(svc: Services) -> int:
+def redeliver_failed(svc: Services, window_s: int = REDELIVERY_WINDOW_S) -> int:
     """Ask GitHub to redeliver what it could not deliver to us (and we never stored)."""
     from bot.github.deliveries import redeliver_failed as ask
 
-    since = utcnow() - dt.timedelta(seconds=REDELIVERY_WINDOW_S)
+    since = utcnow() - dt.timedelta(seconds=window_s)
     try:
         return ask(svc.github_app, svc.db.stored_delivery_ids, since)
     except Exception as exc:

@@ -246,6 +246,11 @@ def test_cancel_stops_live_runs_and_keeps_the_comment_truthful() -> None:
     assert all(j.state == M.JobState.CANCELLED for j in v.jobs)
 
 
+def test_who_cancels_is_not_also_notified() -> None:
+    v, e = M.step(dispatched(requested_by="bob"), M.Cancel(Reason(R.CANCELLED_BY, {"user": "bob"})))
+    assert v.state == M.State.CANCELLED and "Notify" not in kinds(e)
+
+
 def test_cancel_before_dispatch_cancels_no_run() -> None:
     v, e = M.step(fresh(), M.Cancel(Reason(R.PR_CLOSED, {"state": "closed"})))
     assert v.state == M.State.CANCELLED and "CancelRun" not in kinds(e)

@@ -346,7 +346,9 @@ def step(v: Verification, event: Event) -> tuple[Verification, tuple[Effect, ...
                 return v, ()
             return _end(v, State.FAILED, event.reason, conclusion="failure")
         case Cancel():
-            return _end(v, State.CANCELLED, event.reason)
+            # Whoever cancels is answered by the command; anyone else who asked is told.
+            by = event.reason.params.get("user")
+            return _end(v, State.CANCELLED, event.reason, notify=by != v.requested_by)
         case Supersede():
             reason = Reason(R.SUPERSEDED_BY, {"id": event.by, "sha": event.sha})
             return _end(v, State.SUPERSEDED, reason, comment=False, notify=False)

@@ -20,7 +20,7 @@ from bot import observability
 from bot.models import Effect, Verification, utcnow
 from bot.verification import machine as M
 from bot.verification import store
-from bot.verification.effects import EXECUTORS
+from bot.verification.effects import EXECUTORS, find_run
 
 if TYPE_CHECKING:
     from bot.services import Services
@@ -143,6 +143,15 @@ def reconcile(svc: Services) -> None:
         queued = store.queued(s)
         limit = now - dt.timedelta(seconds=svc.settings.RSI_RUN_TIMEOUT_S)
         overdue = store.overdue_jobs(s, limit)
+        unlocated = store.unlocated_jobs(s, now - dt.timedelta(seconds=30))
+    for vid, gpu, at in unlocated:
+        try:
+            found = find_run(svc, vid, gpu, at - dt.timedelta(minutes=2))
+        except Exception as exc:
+            log.warning("reconcile: could not list the runs of %s %s: %s", vid, gpu, exc)
+            continue
+        if found is not None:
+            apply(svc, vid, M.RunLocated(gpu, found[0], found[1]))
     minutes = svc.settings.RSI_RUN_TIMEOUT_S // 60
     for vid, gpu in overdue:
         store.transition(svc.db, vid, M.RunTimedOut(gpu, minutes))

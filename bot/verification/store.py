@@ -326,6 +326,27 @@ def overdue_jobs(s: Session, dispatched_before: dt.datetime) -> list[tuple[str, 
     return out
 
 
+def unlocated_jobs(
+    s: Session, dispatched_before: dt.datetime
+) -> list[tuple[str, str, dt.datetime]]:
+    """(verification, GPU, dispatched at) of dispatched jobs whose run is not known yet
+    (GitHub Enterprise returns no run id and its `requested` event may be lost)."""
+    rows = s.execute(
+        select(RunnerJob.verification_id, RunnerJob.gpu, RunnerJob.dispatched_at)
+        .join(Verification)
+        .where(
+            Verification.state.in_(ACTIVE_STATES),
+            RunnerJob.state == M.JobState.DISPATCHED.value,
+            RunnerJob.workflow_run_id.is_(None),
+        )
+    )
+    return [
+        (vid, gpu, aware(at))
+        for vid, gpu, at in rows
+        if at is not None and aware(at) < dispatched_before
+    ]
+
+
 def job_by_run_id(s: Session, run_id: int) -> RunnerJob | None:
     return s.scalar(select(RunnerJob).where(RunnerJob.workflow_run_id == run_id))
 
