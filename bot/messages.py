@@ -5,6 +5,7 @@ rendered here."""
 
 from __future__ import annotations
 
+import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import cache
@@ -59,6 +60,14 @@ def jobs(v: Verification) -> list[JobView]:
 
 def reason(r: Reason) -> str:
     return _say("reason", r)
+
+
+_LINK = re.compile(r"\[([^\]]*)\]\(([^)\s]*)\)")
+
+
+def reason_plain(r: Reason) -> str:
+    """The reason without Markdown links, for the evidence engine's HTML and Markdown."""
+    return _LINK.sub(lambda m: f"{m.group(1)}: {m.group(2)}", reason(r)).replace("`", "")
 
 
 def end_reason(v: Verification) -> str:
@@ -151,7 +160,8 @@ def _row(v: Verification, current: bool) -> LedgerRow:
         row.claim = v.state
     for j in jobs(v):
         if j.gpu not in row.cells and j.reason is not None:
-            row.cells[j.gpu] = f"{j.state}: {reason(j.reason)}"
+            # The reason itself is said once, under the table; the cell stays short.
+            row.cells[j.gpu] = j.state + (f" ([run]({j.url}))" if j.url else "")
     return row
 
 

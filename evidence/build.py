@@ -41,6 +41,8 @@ class Inputs:
     candidate: Candidate | None = None
     history: list[HistoryEntry] = field(default_factory=list)
     attribution: list[AttributionEntry] = field(default_factory=list)
+    # GPU kinds of the verification that produced no bundle, and why (the App's words).
+    missing: dict[str, str] = field(default_factory=dict)
     policy: Policy = field(default_factory=Policy)
     github_url: str = "https://github.com"
     public_url: str | None = None
@@ -117,11 +119,12 @@ def build(inputs: Inputs) -> tuple[Evidence, list[Source]]:
         gpus=gpus,
         audit=findings,
         study=rows,
-        caveats=write_caveats(sources, rows, findings, cand, inputs.attribution),
+        caveats=write_caveats(sources, rows, findings, cand, inputs.attribution, inputs.missing),
         claim=claim_result,
         rounds=_rounds(sources),
         links=links(inputs.github_url, sources),
         attribution=inputs.attribution,
+        missing=inputs.missing,
         reproduce=reproduce(
             inputs.github_url, sources, max((g.rounds_per_side for g in gpus.values()), default=0)
         ),

@@ -24,8 +24,9 @@ def write_caveats(
     findings: list[Finding],
     candidate: Candidate | None,
     attribution: list[AttributionEntry],
+    missing: dict[str, str] | None = None,
 ) -> list[str]:
-    out: list[str] = []
+    out = [f"No evidence from {gpu}: {why}." for gpu, why in sorted((missing or {}).items())]
     for f in findings:
         if f.severity == "error":
             out.append(f"Audit error ({f.code}): {f.message}")

@@ -304,6 +304,8 @@ class Evidence(BaseModel):
     rounds: list[RoundValue] = Field(default_factory=list)
     links: list[Link] = Field(default_factory=list)
     attribution: list[AttributionEntry] = Field(default_factory=list)
+    # GPU kinds of the verification with no bundle, and why: the evidence is partial.
+    missing: dict[str, str] = Field(default_factory=dict)
     plots: list[Plot] = Field(default_factory=list)
     reproduce: Reproduce | None = None
     candidate: dict[str, Any] | None = None

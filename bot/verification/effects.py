@@ -313,6 +313,11 @@ def build_evidence(svc: Services, vid: str, e: M.BuildEvidence) -> M.Event | Non
         if v.state != M.State.INGESTING.value:
             return None
         keys = [(j.gpu, j.bundle_key) for j in v.jobs if j.state == M.JobState.KEPT.value]
+        missing = {
+            j.gpu: messages.reason_plain(r)
+            for j in v.jobs
+            if j.state != M.JobState.KEPT.value and (r := Reason.from_json(j.end_reason))
+        }
         cand = Candidate.model_validate(v.candidate)
         history = _history(s, v)
         repo, base, head, number = v.repo, v.base_sha, v.head_sha, v.pr_number
@@ -332,6 +337,7 @@ def build_evidence(svc: Services, vid: str, e: M.BuildEvidence) -> M.Event | Non
                     candidate=cand,
                     history=history,
                     attribution=attribution,
+                    missing=missing,
                     github_url=svc.settings.web_url,
                     policy=svc.repo_config(repo).config.policy(),
                 )
