@@ -26,8 +26,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bot import services  # noqa: E402
-from bot.web.app import create_app  # noqa: E402
 from bot.db import upgrade  # noqa: E402
+from bot.web.app import create_app  # noqa: E402
 from evidence.synth import HEAD_SHA  # noqa: E402
 from tests import appkit  # noqa: E402
 from tests.standin import RecordedRequest, serve  # noqa: E402

@@ -145,11 +145,15 @@ def _cell(h: dict[str, Any] | None, verdict: str | None) -> str:
     return f"{figure} {h.get('verdict') or verdict or ''}".strip()
 
 
+_MENTION = re.compile(r"@([A-Za-z0-9-]+(?:\[bot\])?)")
+
+
 def _row(v: Verification, current: bool) -> LedgerRow:
     row = LedgerRow(
         sha=v.head_sha,
         when=v.created_at.strftime("%Y-%m-%d %H:%M"),
-        trigger=v.trigger,
+        # A login in a code span notifies nobody: the ledger is rewritten often.
+        trigger=_MENTION.sub(r"`@\1`", v.trigger),
         current=current,
     )
     if v.state == State.PUBLISHED.value:

@@ -9,8 +9,8 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from bot import services
-from bot.web.app import create_app
 from bot.db import upgrade
+from bot.web.app import create_app
 from tests import appkit
 from tests.bundles import clean_bundle
 from tests.standin import GitHubStandIn, serve

@@ -12,10 +12,10 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from bot import messages, services
-from bot.web.app import create_app
 from bot.db import upgrade
 from bot.models import Verification
 from bot.verification import steps
+from bot.web.app import create_app
 from evidence.render import COMMENT_MARKER
 from evidence.synth import BASE_SHA, HEAD_SHA
 from tests import appkit

@@ -14,10 +14,10 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from bot import services
-from bot.web.app import create_app
 from bot.db import upgrade
 from bot.models import Verification
 from bot.verification import steps
+from bot.web.app import create_app
 from evidence.render import COMMENT_MARKER
 from tests import appkit
 from tests.s3server import s3_endpoint  # noqa: F401  (fixture)

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from github.Repository import Repository
 
-from bot.github.client import GitHubApp
 from bot.github.attribution import MAX_COMMITS, other_pulls
+from bot.github.client import GitHubApp
 from evidence.caveats import write_caveats
 from evidence.synth import BASE_SHA, HEAD_SHA
 from tests import appkit

@@ -8,24 +8,20 @@ from __future__ import annotations
 
 import io
 import re
-import secrets
 import zipfile
 from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
-import redis
 
 from bot.github.api import CHECK_TEXT_LIMIT, COMMENT_LIMIT, fit
 from bot.models import Delivery, Verification
 from evidence.render import COMMENT_MARKER
 from evidence.synth import BASE_SHA, HEAD_SHA
-from tests import appkit, worlds
-from tests.services import REDIS, redis_db
+from tests import appkit
 from tests.standin import GitHubStandIn
 from tests.standin.state import Comment
 from tests.test_reviews import command, push, review
@@ -37,44 +33,12 @@ MERGED_SHA = "77" * 20  # the commit PR #77 left on main
 WRITER = "maintainer-mia"
 CONFIG = "gpus: [H200]\nrounds: 4\nmodes: [streaming]\n"
 T0 = datetime(2026, 1, 5, 9, 30, tzinfo=UTC)
-REDIS_DBS = range(1, 12)  # 13 and 14 are other tests' fixed ones
 
 
 @pytest.fixture(params=SHAPES)
-def w(
-    request: pytest.FixtureRequest,
-    tmp_path: Path,
-    github: GitHubStandIn,
-    monkeypatch: pytest.MonkeyPatch,
-) -> Iterator[World]:
-    # A Redis database of its own: another run of the deployed tests on this machine
-    # would otherwise share, and flush, this one's queue.
-    monkeypatch.setattr(worlds, "redis_db", _free_redis_db)
+def w(request: pytest.FixtureRequest, tmp_path: Path, github: GitHubStandIn) -> Iterator[World]:
     with world(request.param, tmp_path, github) as x:
         yield x
-
-
-@contextmanager
-def _free_redis_db() -> Iterator[str]:
-    """`tests.services.redis_db` on a database no other test process holds (a lock per
-    database in database 0, expiring in case a run is killed)."""
-    locks = redis.Redis.from_url(f"{REDIS}/0")
-    token = secrets.token_hex(8)
-    try:
-        for number in REDIS_DBS:
-            key = f"rsi-tests:redis-db:{number}"
-            if not locks.set(key, token, nx=True, ex=900):
-                continue
-            try:
-                with redis_db(number) as url:
-                    yield url
-            finally:
-                if locks.get(key) == token.encode():
-                    locks.delete(key)
-            return
-        raise RuntimeError(f"every Redis database of {list(REDIS_DBS)} is held by a test run")
-    finally:
-        locks.close()
 
 
 # ----------------------------------------------------------------------- helpers

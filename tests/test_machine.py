@@ -138,13 +138,15 @@ def test_start_dispatches_each_gpu_once() -> None:
 
 def test_over_budget_stays_queued() -> None:
     v, effects = M.step(fresh(), M.Start(busy=2, max_running=2))
-    assert v == fresh() and effects == ()
+    assert v == fresh()
+    assert effects == ()
 
 
 def test_check_run_in_progress_once_every_gpu_is_dispatched() -> None:
     v, _ = M.step(fresh(), M.Start())
     v, e1 = M.step(v, M.Dispatched("H100", 1))
-    assert v.state == M.State.DISPATCHED and e1 == ()
+    assert v.state == M.State.DISPATCHED
+    assert e1 == ()
     v, e2 = M.step(v, M.Dispatched("H200", 2))
     assert kinds(e2) == ["CheckRunInProgress"]
 
@@ -153,7 +155,8 @@ def test_run_id_learnt_by_name_is_kept_when_dispatch_returns_none() -> None:
     v, _ = M.step(fresh("H100"), M.Start())
     v, _ = M.step(v, M.RunLocated("H100", 55, "u"))
     v, _ = M.step(v, M.Dispatched("H100", None, None))
-    assert v.jobs[0].run_id == 55 and v.jobs[0].state == M.JobState.DISPATCHED
+    assert v.jobs[0].run_id == 55
+    assert v.jobs[0].state == M.JobState.DISPATCHED
 
 
 def test_two_gpus_publish_once_when_both_are_kept() -> None:
@@ -161,9 +164,11 @@ def test_two_gpus_publish_once_when_both_are_kept() -> None:
     v, e = run(v, M.RunCompleted("H100", "success"), M.RunCompleted("H200", "success"))
     assert kinds(e) == ["Ingest", "Ingest"]
     v, e = M.step(v, M.BundleKept("H200"))
-    assert e == () and v.state == M.State.DISPATCHED
+    assert e == ()
+    assert v.state == M.State.DISPATCHED
     v, e = M.step(v, M.BundleKept("H100"))
-    assert kinds(e) == ["BuildEvidence"] and v.state == M.State.INGESTING
+    assert kinds(e) == ["BuildEvidence"]
+    assert v.state == M.State.INGESTING
     v, e = M.step(v, M.BundleKept("H100"))
     assert e == ()
 
@@ -171,10 +176,12 @@ def test_two_gpus_publish_once_when_both_are_kept() -> None:
 def test_one_gpu_failing_still_publishes_the_other() -> None:
     v = dispatched(requested_by="alice")
     v, e = run(v, M.RunCompleted("H100", "failure", "https://runs/1"))
-    assert v.state == M.State.DISPATCHED and e == []
+    assert v.state == M.State.DISPATCHED
+    assert e == []
     assert v.jobs[0].reason == Reason(R.RUN_FAILED)
     v, e = run(v, M.RunCompleted("H200", "success"), M.BundleKept("H200"))
-    assert v.state == M.State.INGESTING and kinds(e) == ["Ingest", "BuildEvidence"]
+    assert v.state == M.State.INGESTING
+    assert kinds(e) == ["Ingest", "BuildEvidence"]
     v, e = run(v, M.EvidenceBuilt("improved", "success"))
     assert v.state == M.State.PUBLISHED
     assert kinds(e) == [
@@ -200,19 +207,23 @@ def test_a_lone_failing_gpu_ends_with_its_reason(
     conclusion: str, job_state: M.JobState, state: M.State, code: str
 ) -> None:
     v, e = M.step(dispatched("H200"), M.RunCompleted("H200", conclusion, "u"))
-    assert v.state == state and v.jobs[0].state == job_state
-    assert v.reason is not None and v.reason.code == code
+    assert v.state == state
+    assert v.jobs[0].state == job_state
+    assert v.reason is not None
+    assert v.reason.code == code
     assert kinds(e) == ["CompleteCheckRun", "UpsertComment", "EndVerification"]
 
 
 def test_every_gpu_failing_ends_with_no_evidence() -> None:
-    v, e = run(dispatched(), M.RunCompleted("H100", "failure"), M.RunCompleted("H200", "failure"))
-    assert v.state == M.State.FAILED and v.reason == Reason(R.NO_EVIDENCE)
+    v, _e = run(dispatched(), M.RunCompleted("H100", "failure"), M.RunCompleted("H200", "failure"))
+    assert v.state == M.State.FAILED
+    assert v.reason == Reason(R.NO_EVIDENCE)
 
 
 def test_silent_runners_time_out_and_are_cancelled() -> None:
     v, e = run(dispatched(), M.RunTimedOut("H100", 360))
-    assert v.state == M.State.DISPATCHED and kinds(e) == ["CancelRun"]
+    assert v.state == M.State.DISPATCHED
+    assert kinds(e) == ["CancelRun"]
     v, e = run(v, M.RunTimedOut("H200", 360))
     assert v.state == M.State.TIMED_OUT
     assert kinds(e)[0] == "CancelRun"
@@ -228,7 +239,8 @@ def test_a_timed_out_gpu_does_not_hide_the_other_gpus_evidence() -> None:
 def test_rejected_bundle_is_a_failed_gpu() -> None:
     why = Reason(R.BUNDLE_REJECTED, {"gpu": "H100", "problem": "wrong head"})
     v, _ = run(dispatched("H100"), M.RunCompleted("H100", "success"), M.BundleRejected("H100", why))
-    assert v.state == M.State.FAILED and v.reason == why
+    assert v.state == M.State.FAILED
+    assert v.reason == why
 
 
 def test_cancel_stops_live_runs_and_keeps_the_comment_truthful() -> None:
@@ -248,18 +260,21 @@ def test_cancel_stops_live_runs_and_keeps_the_comment_truthful() -> None:
 
 def test_who_cancels_is_not_also_notified() -> None:
     v, e = M.step(dispatched(requested_by="bob"), M.Cancel(Reason(R.CANCELLED_BY, {"user": "bob"})))
-    assert v.state == M.State.CANCELLED and "Notify" not in kinds(e)
+    assert v.state == M.State.CANCELLED
+    assert "Notify" not in kinds(e)
 
 
 def test_cancel_before_dispatch_cancels_no_run() -> None:
     v, e = M.step(fresh(), M.Cancel(Reason(R.PR_CLOSED, {"state": "closed"})))
-    assert v.state == M.State.CANCELLED and "CancelRun" not in kinds(e)
+    assert v.state == M.State.CANCELLED
+    assert "CancelRun" not in kinds(e)
 
 
 def test_supersede_says_nothing_on_the_comment_and_notifies_nobody() -> None:
     v, e = M.step(dispatched(requested_by="bob"), M.Supersede("v-2", "b" * 40))
     assert v.state == M.State.SUPERSEDED
-    assert "UpsertComment" not in kinds(e) and "Notify" not in kinds(e)
+    assert "UpsertComment" not in kinds(e)
+    assert "Notify" not in kinds(e)
 
 
 def test_evidence_failure_only_while_ingesting() -> None:
@@ -267,7 +282,8 @@ def test_evidence_failure_only_while_ingesting() -> None:
     assert M.step(dispatched(), M.EvidenceFailed(why)) == (dispatched(), ())
     v, _ = run(dispatched("H100"), M.RunCompleted("H100", "success"), M.BundleKept("H100"))
     v, e = M.step(v, M.EvidenceFailed(why))
-    assert v.state == M.State.FAILED and v.reason == why
+    assert v.state == M.State.FAILED
+    assert v.reason == why
     assert M.CompleteCheckRun("failure") in e
 
 
@@ -275,10 +291,11 @@ def test_step_failed_ends_any_active_state() -> None:
     for v in states_reachable():
         if v.state.final:
             continue
-        after, e = M.step(v, M.StepFailed("Ingest", "boom", 6))
+        after, _e = M.step(v, M.StepFailed("Ingest", "boom", 6))
         assert after.state == M.State.FAILED
         assert after.reason == Reason(R.STEP_FAILED)
-        assert after.reason is not None and after.reason.params["attempts"] == 6
+        assert after.reason is not None
+        assert after.reason.params["attempts"] == 6
 
 
 def test_late_events_after_the_end_change_nothing() -> None:
@@ -309,6 +326,8 @@ def test_not_an_event() -> None:
 
 def test_job_helpers() -> None:
     v = dispatched()
-    assert v.job("h100") is not None and v.job("A100") is None
+    assert v.job("h100") is not None
+    assert v.job("A100") is None
     changed = v.with_job(replace(v.jobs[0], state=M.JobState.RUNNING))
-    assert changed.jobs[0].state == M.JobState.RUNNING and changed.jobs[1] == v.jobs[1]
+    assert changed.jobs[0].state == M.JobState.RUNNING
+    assert changed.jobs[1] == v.jobs[1]

@@ -17,11 +17,11 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from bot import services
-from bot.web.app import create_app
 from bot.batcher import Batcher
 from bot.db import Database, upgrade
 from bot.delivery_writer import DeliveryWriter, Row
 from bot.models import Delivery
+from bot.web.app import create_app
 from bot.web.webhooks import NOT_JSON
 from tests import appkit
 from tests.services import postgres_database, redis_db

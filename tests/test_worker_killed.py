@@ -15,8 +15,8 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from bot import services
-from bot.verification import steps
 from bot.models import Verification
+from bot.verification import steps
 from evidence.render import COMMENT_MARKER
 from tests import appkit
 from tests.standin import GitHubStandIn

@@ -30,7 +30,13 @@ from evidence.errors import InputError
 from evidence.links import compare_url
 from evidence.load import Source
 from evidence.model import Candidate, HistoryEntry
-from evidence.render import COMMENT_LIMIT, COMMENT_MARKER, render_comment, replace_pr_section
+from evidence.render import (
+    COMMENT_LIMIT,
+    COMMENT_MARKER,
+    SECTION_START,
+    render_comment,
+    replace_pr_section,
+)
 
 if TYPE_CHECKING:
     from bot.services import Services
@@ -80,7 +86,7 @@ def ensure_pull_request(svc: Services, vid: str, e: M.EnsurePullRequest) -> None
         cand = Candidate.model_validate(v.candidate)
         head = v.head_ref if v.head_repo == v.repo else f"{v.head_repo.split('/')[0]}:{v.head_ref}"
         url = compare_url(svc.settings.web_url, v.repo, v.base_sha, v.head_sha, v.head_repo)
-        body = messages.pr_opening(cand, url, messages.status_section(v))
+        body = fit_pr_body(messages.pr_opening(cand, url, messages.status_section(v)))
     opened = False
     if number is not None:
         pull = svc.github.pull(repo, number)
@@ -508,9 +514,21 @@ def update_pr_body(svc: Services, vid: str, e: M.UpdatePrBody) -> None:
     if section is None:
         return
     pull = svc.github.pull(repo, number, max_age_s=PULL_MAX_AGE_S)
-    new = replace_pr_section(pull.body, section)
+    new = fit_pr_body(replace_pr_section(pull.body, section))
     if new != pull.body:
         svc.github.edit_pull_body(repo, number, new, svc.report_url(vid))
+
+
+def fit_pr_body(body: str) -> str:
+    """A body over GitHub's limit loses the end of the author's text, never the evidence
+    section (which `replace_pr_section` puts last)."""
+    if len(body) <= COMMENT_LIMIT or SECTION_START not in body:
+        return body
+    start = body.index(SECTION_START)
+    author, section = body[:start], body[start:]
+    notice = "\n\n… (cut to fit GitHub's limit)\n\n"
+    keep = max(0, COMMENT_LIMIT - len(section) - len(notice))
+    return author[:keep] + notice + section if keep else section[:COMMENT_LIMIT]
 
 
 def complete_check_run(svc: Services, vid: str, e: M.CompleteCheckRun) -> None:

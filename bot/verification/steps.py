@@ -195,17 +195,19 @@ def verify_head(
 ) -> Verification | None:
     """Queue a verification of the PR's head (a copy of the PR's last candidate with the
     new head) and supersede every earlier one still active. None when the PR has no
-    earlier verification to copy. An active verification of the same head, base and
-    GPUs is returned as it is."""
+    earlier verification to copy. An active verification of the same head, base, GPUs,
+    rounds and modes is returned as it is (with `requested_by` if it had nobody)."""
     with svc.db.session() as s:
         prev = store.latest(s, repo, number)
         pr = store.pull_request(s, repo, number)
         if prev is None or pr is None:
             return None
         base = base_sha or prev.base_sha
-        wanted = sorted(g.upper() for g in gpus)
+        wanted = (head_sha, base, sorted(g.upper() for g in gpus), rounds, sorted(modes))
         for v in store.active(s, repo, number):
-            if (v.head_sha, v.base_sha, sorted(v.gpus)) == (head_sha, base, wanted):
+            if (v.head_sha, v.base_sha, sorted(v.gpus), v.rounds, sorted(v.modes)) == wanted:
+                # The same measurement is under way: whoever asks is told when it ends.
+                v.requested_by = v.requested_by or requested_by
                 return v
         cand = dict(prev.candidate)
         cand["head"] = {

@@ -1,0 +1,76 @@
+"""The `/rsi` command parser on its own: every form a maintainer writes, and what must
+not count as a command."""
+
+from __future__ import annotations
+
+import pytest
+
+from bot.commands import Command, parse
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("/rsi reverify", Command("reverify")),
+        ("/rsi  REVERIFY  H100", Command("reverify", gpus=["H100"])),
+        ("/rsi reverify h100 h200", Command("reverify", gpus=["H100", "H200"])),
+        ("/rsi reverify all", Command("reverify", all_gpus=True)),
+        ("/rsi reverify h100 all", Command("reverify", all_gpus=True)),
+        ("/rsi reverify all h200", Command("reverify", gpus=["H200"])),
+        ("/rsi reverify rounds=7", Command("reverify", rounds=7)),
+        ("/rsi reverify base=main", Command("reverify", base_main=True)),
+        ("/rsi reverify h200 rounds=4 base=main", Command("reverify", ["H200"], False, 4, True)),
+        ("/rsi status", Command("status")),
+        ("/rsi cancel", Command("cancel")),
+        ("/rsi help", Command("help")),
+        ("/rsi", Command("help")),
+        ("  /rsi status  ", Command("status")),
+        ("Thanks!\n\n/rsi status\n", Command("status")),
+        ("/rsi status extra words are ignored", Command("status")),
+    ],
+)
+def test_commands(text: str, want: Command) -> None:
+    assert parse(text) == want
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("/rsi frobnicate", "unknown command `frobnicate`"),
+        ("/rsi reverify a100x", "unknown argument `a100x`"),
+        ("/rsi reverify rounds=many", "`rounds=many`: rounds must be a whole number"),
+        ("/rsi reverify rounds=-1", "`rounds=-1`: rounds must be a whole number"),
+        ("/rsi reverify rounds=99999", "`rounds=99999`: rounds must be a whole number"),
+        ("/rsi reverify " + "x" * 500, "unknown argument `" + "x" * 40 + "`"),
+    ],
+)
+def test_mistakes_are_named(text: str, error: str) -> None:
+    cmd = parse(text)
+    assert cmd is not None
+    assert cmd.errors == [error]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "LGTM",
+        "please run /rsi reverify when you can",  # not a line of its own
+        "> /rsi reverify",  # quoted from someone else
+        "```\n/rsi reverify\n```",  # in a code block
+        "~~~sh\n/rsi cancel\n~~~",
+        "````\n```\n/rsi reverify\n```\n````",  # a fence inside a longer fence
+        "/rsirevert",
+        "/rs reverify",
+    ],
+)
+def test_not_commands(text: str) -> None:
+    assert parse(text) is None
+
+
+def test_the_first_command_counts() -> None:
+    assert parse("/rsi status\n/rsi cancel") == Command("status")
+
+
+def test_a_command_after_a_closed_fence_counts() -> None:
+    assert parse("```\nlog\n```\n/rsi cancel") == Command("cancel")
