@@ -401,8 +401,8 @@ def drain(db_url: str, worker: Proc, stall_s: float) -> float:
 
 @dataclass(frozen=True)
 class Executions:
-    """What the worker's log says it did (huey logs each job at INFO; `bot.tasks` logs
-    `delivery <id> (…) done: …` once a delivery's handlers ran)."""
+    """What the worker's log says it did (huey logs each job at INFO; `bot.deliveries`
+    logs `delivery <id> (…) of <repo> done: …` once a delivery's handlers ran)."""
 
     jobs: int  # process_delivery jobs executed, no-ops included
     processed: int  # deliveries whose handlers ran
@@ -422,7 +422,7 @@ def executions(worker_log: Path) -> Executions | None:
                 jobs += 1
             elif ".reconcile: " in line:
                 reconciles += 1
-        elif " bot.tasks" in line and ") done: " in line:
+        elif " bot.deliveries" in line and " done: " in line:
             delivery = line.split(": delivery ", 1)[-1].split(" ", 1)[0]
             done[delivery] = done.get(delivery, 0) + 1
     if not logged:

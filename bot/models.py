@@ -125,6 +125,8 @@ class Verification(Base):
     check_run_id: Mapped[int | None] = mapped_column(BigInteger)
     installation_id: Mapped[int | None] = mapped_column(BigInteger)
     lease_until: Mapped[dt.datetime | None]
+    # Who holds the lease (a random token per claim): only they renew or release it.
+    lease_owner: Mapped[str | None] = mapped_column(String(32))
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(default=utcnow, onupdate=utcnow)

@@ -106,10 +106,14 @@ def test_every_state_and_event(v: M.Verification, event: M.Event) -> None:
     states only move forward, and every effect survives the outbox's JSON."""
     after, effects = M.step(v, event)
     if v.state.final:
-        assert (after, effects) == (v, ())
+        assert after == v
+        # Only a run learnt of too late is cancelled.
+        assert all(isinstance(e, M.CancelRun) for e in effects)
+        assert not effects or isinstance(event, M.Dispatched | M.RunLocated)
         return
-    if after == v:
-        assert effects == ()
+    if after == v:  # nothing moved: at most a run learnt of too late is cancelled
+        assert all(isinstance(e, M.CancelRun) for e in effects)
+        assert not effects or isinstance(event, M.Dispatched | M.RunLocated)
     if after.state.final and after.state != M.State.PUBLISHED:
         assert after.reason is not None
         assert not any(j.state.live for j in after.jobs)
@@ -301,7 +305,22 @@ def test_step_failed_ends_any_active_state() -> None:
 def test_late_events_after_the_end_change_nothing() -> None:
     v, _ = run(dispatched("H100"), M.RunCompleted("H100", "failure"))
     for e in SAMPLE_EVENTS:
-        assert M.step(v, e) == (v, ())
+        after, effects = M.step(v, e)
+        assert after == v
+        if effects:  # a run of the ended job that is not the one it had
+            assert isinstance(e, M.Dispatched | M.RunLocated)
+            assert effects == (M.CancelRun("H100", 7),)
+
+
+def test_a_run_dispatched_while_the_verification_was_cancelled_is_cancelled() -> None:
+    v, _ = M.step(fresh("H200"), M.Start())  # the dispatch is under way
+    v, _ = M.step(v, M.Cancel(Reason(R.CANCELLED_BY, {"user": "a"})))
+    assert v.jobs[0].run_id is None
+    after, effects = M.step(v, M.Dispatched("H200", 99, "u"))
+    assert after == v
+    assert effects == (M.CancelRun("H200", 99),)
+    assert M.step(v, M.RunLocated("H200", 99)) == (v, (M.CancelRun("H200", 99),))
+    assert M.step(v, M.Dispatched("H200", None)) == (v, ())
 
 
 def test_unknown_gpu_is_ignored() -> None:

@@ -122,7 +122,7 @@ def test_review_round_trusted_push_reverify_and_ledger(
     assert len(rows) == 2, ledger
     assert rows[0].startswith(f"| `{v1.head_sha[:10]}`")
     assert rows[1].startswith(f"| **`{NEW_SHA[:10]}`**")
-    assert "push after review by @maintainer-mia" in rows[1]
+    assert "push after review by `@maintainer-mia`" in rows[1]
 
     # A maintainer asks again: same head, a fresh verification; the ledger grows.
     assert (

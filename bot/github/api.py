@@ -161,8 +161,14 @@ class GitHub:
 
     def permission(self, repo: str, user: str) -> str:
         """`admin`, `maintain`, `write`, `triage`, `read` or `none`."""
-        _, data = self.request(repo, "GET", f"/repos/{repo}/collaborators/{user}/permission")
-        return str(data.get("role_name") or data.get("permission") or "none")
+        try:
+            _, data = self.request(repo, "GET", f"/repos/{repo}/collaborators/{user}/permission")
+        except GitHubError as exc:
+            if exc.status == 404:  # not a collaborator (or a bot account GitHub won't say)
+                return "none"
+            raise
+        # `permission` is the base level; `role_name` may be a custom role's name.
+        return str(data.get("permission") or "none")
 
     def runs_since(self, repo: str, since: dt.datetime) -> Iterator[Run]:
         """Workflow-dispatch runs created since `since`, newest first (every page)."""
@@ -350,7 +356,7 @@ class GitHub:
         try:
             self.request(repo, "POST", f"/repos/{repo}/actions/runs/{run_id}/cancel")
         except GitHubError as exc:
-            if exc.status != 409:  # 409: the run had finished already
+            if exc.status not in (404, 409):  # finished already, or gone
                 raise
 
 

@@ -34,6 +34,10 @@ class _CountedRetry(GithubRetry):
 
     def is_retry(self, method: str, status_code: int, has_retry_after: bool = False) -> bool:
         observability.count_github_response(method, status_code)
+        if method.upper() == "POST" and status_code >= 500:
+            # GitHub often creates the comment, run or PR and then answers 502: retrying
+            # here would create it twice. The effect's own retry looks before it posts.
+            return False
         return super().is_retry(method, status_code, has_retry_after)
 
 

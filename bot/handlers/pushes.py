@@ -4,11 +4,15 @@ changes: it is the answer to that review, later pushes are plain pushes."""
 
 from __future__ import annotations
 
+import logging
+
 from bot import approvals, messages
 from bot.handlers.context import Context
 from bot.handlers.registry import on
 from bot.repo_config import Plan
 from bot.verification import steps, store
+
+log = logging.getLogger(__name__)
 
 
 @on("pull_request", "synchronize")
@@ -16,9 +20,15 @@ def pushed(ctx: Context) -> None:
     pull, sender = ctx.payload["pull_request"], ctx.sender
     sha, number = pull["head"]["sha"], pull["number"]
     with ctx.db.session() as s:
-        pr = store.pull_request(s, ctx.repo, number)
-        if pr is None:
+        if store.pull_request(s, ctx.repo, number) is None:
             return
+    # A late or redelivered push must not replace the verification of a newer head.
+    if ctx.github.pull(ctx.repo, number).head_sha != sha:
+        log.info("%s#%s: push of %s is not the head any more; ignored", ctx.repo, number, sha[:10])
+        return
+    with ctx.db.session() as s:
+        pr = store.pull_request(s, ctx.repo, number)
+        assert pr is not None
         pr.head_sha = sha
         answers_review, pr.review_pending = pr.review_pending, False
         prev = store.latest(s, ctx.repo, number)

@@ -84,7 +84,9 @@ def ensure_pull_request(svc: Services, vid: str, e: M.EnsurePullRequest) -> None
             return
         number, repo = v.pr_number, v.repo
         cand = Candidate.model_validate(v.candidate)
-        head = v.head_ref if v.head_repo == v.repo else f"{v.head_repo.split('/')[0]}:{v.head_ref}"
+        # Always `owner:branch`: GitHub ignores a bare branch in the `head` filter and
+        # would list every open PR when attaching to an existing one.
+        head = f"{v.head_repo.split('/')[0]}:{v.head_ref}"
         url = compare_url(svc.settings.web_url, v.repo, v.base_sha, v.head_sha, v.head_repo)
         body = fit_pr_body(messages.pr_opening(cand, url, messages.status_section(v)))
     opened = False

@@ -319,7 +319,13 @@ def effect_from_json(kind: str, params: dict[str, Any]) -> Effect:
 
 def step(v: Verification, event: Event) -> tuple[Verification, tuple[Effect, ...]]:
     """The next snapshot and the effects. An event that does not apply in the current
-    state (a late runner event after the end, a second start) changes nothing."""
+    state (a late runner event after the end, a second start) changes nothing, except
+    that a run learnt of for a job already over is cancelled (a dispatch that was under
+    way when the verification was cancelled or superseded)."""
+    if isinstance(event, Dispatched | RunLocated) and event.run_id is not None:
+        j = v.job(event.gpu)
+        if j is not None and (j.state.over or v.state.final) and j.run_id != event.run_id:
+            return v, (CancelRun(j.gpu, event.run_id),)
     if v.state.final:
         return v, ()
     match event:

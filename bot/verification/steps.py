@@ -52,12 +52,13 @@ def start(svc: Services, vid: str) -> None:
 def drain(svc: Services, vid: str) -> None:
     """Carry out the verification's due effects; come back when the next one is due."""
     while True:
-        if not store.claim(svc.db, vid, svc.settings.RSI_LEASE_S):
+        token = store.claim(svc.db, vid, svc.settings.RSI_LEASE_S)
+        if token is None:
             return  # another worker has it; it looks again after releasing
         try:
-            wait = _drain_claimed(svc, vid)
+            wait = _drain_claimed(svc, vid, token)
         finally:
-            store.release(svc.db, vid)
+            store.release(svc.db, vid, token)
         if wait is not None:
             svc.queue.drain_later(vid, wait)
             return
@@ -74,8 +75,9 @@ def _due(svc: Services, vid: str) -> bool:
         )
 
 
-def _drain_claimed(svc: Services, vid: str) -> float | None:
-    """Seconds until the first pending effect is due, or None when none is left."""
+def _drain_claimed(svc: Services, vid: str, token: str) -> float | None:
+    """Seconds until the first pending effect is due, or None when none is left (or the
+    lease was lost to another worker, who carries on)."""
     with observability.verification_context(vid):
         while True:
             now = utcnow()
@@ -87,15 +89,30 @@ def _drain_claimed(svc: Services, vid: str) -> float | None:
                 if row.next_at is not None and store.aware(row.next_at) > now:
                     return (store.aware(row.next_at) - now).total_seconds()
                 eid, kind, params, attempts = row.id, row.kind, row.params, row.attempts
-            effect = M.effect_from_json(kind, params)
+            if not store.renew(svc.db, vid, token, svc.settings.RSI_LEASE_S):
+                log.warning("%s: lease lost before %s; another worker carries on", vid, kind)
+                return None
             try:
+                effect = M.effect_from_json(kind, params)
                 follow = EXECUTORS[type(effect)](svc, vid, effect)
             except Exception as exc:
                 _failed(svc, vid, eid, kind, attempts + 1, exc)
                 continue
-            _done(svc, eid)
-            if follow is not None:
-                store.transition(svc.db, vid, follow)
+            # Done and its outcome in one transaction: a crash between the two would
+            # leave, say, a dispatched run that no job knows of.
+            if follow is None:
+                _done(svc, eid)
+            else:
+                store.transition(svc.db, vid, follow, _mark_done(eid))
+
+
+def _mark_done(eid: int, error: str | None = None) -> store.Also:
+    def mark(s: Session, _v: Verification) -> None:
+        row = s.get(Effect, eid)
+        if row is not None:
+            row.done_at, row.error = utcnow(), error
+
+    return mark
 
 
 def _done(svc: Services, eid: int) -> None:
@@ -105,8 +122,14 @@ def _done(svc: Services, eid: int) -> None:
             row.done_at, row.error = utcnow(), None
 
 
+# Effects without which a verification cannot go on. Any other effect that keeps failing
+# (a check-run or comment update, a notification) is given up on its own: the
+# verification's evidence does not depend on it.
+ESSENTIAL = frozenset({"EnsurePullRequest", "Dispatch", "Ingest", "BuildEvidence"})
+
+
 def _failed(svc: Services, vid: str, eid: int, kind: str, attempts: int, exc: Exception) -> None:
-    """Try again later, or give up and let the machine end the verification."""
+    """Try again later, or give up; giving up an essential step ends the verification."""
     error = f"{type(exc).__name__}: {exc}"[:2000]
     limit = svc.settings.RSI_EFFECT_ATTEMPTS
     with svc.db.session() as s:
@@ -114,9 +137,7 @@ def _failed(svc: Services, vid: str, eid: int, kind: str, attempts: int, exc: Ex
         assert row is not None
         repo = row.verification.repo
         row.attempts, row.error = attempts, error
-        if attempts >= limit:
-            row.done_at = utcnow()  # given up: the row keeps the error
-        else:
+        if attempts < limit:
             delay = min(svc.settings.RSI_EFFECT_BACKOFF_S * 2 ** (attempts - 1), 600.0)
             row.next_at = utcnow() + dt.timedelta(seconds=delay)
     if attempts < limit:
@@ -131,7 +152,14 @@ def _failed(svc: Services, vid: str, eid: int, kind: str, attempts: int, exc: Ex
         )
         return
     log.error("%s of %s: %s failed %d times, giving up: %s", vid, repo, kind, attempts, error)
-    store.transition(svc.db, vid, M.StepFailed(kind, error, attempts))
+    done = _mark_done(eid, error)  # given up: the row keeps the error
+    if kind in ESSENTIAL:
+        store.transition(svc.db, vid, M.StepFailed(kind, error, attempts), done)
+    else:
+        with svc.db.session() as s:
+            v = s.get(Verification, vid)
+            assert v is not None
+            done(s, v)
 
 
 def reconcile(svc: Services) -> None:

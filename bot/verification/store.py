@@ -122,18 +122,18 @@ def snapshot(v: Verification) -> M.Verification:
 
 def _write(v: Verification, snap: M.Verification) -> None:
     now = utcnow()
-    if v.state != snap.state.value:
-        if snap.state == M.State.DISPATCHED and v.dispatched_at is None:
-            v.dispatched_at = now
-        if snap.state.final:
-            v.lease_until = None
+    # The lease belongs to whoever carries out the effects: a transition never touches it.
+    if snap.state in (M.State.DISPATCHED, M.State.RUNNING) and v.dispatched_at is None:
+        v.dispatched_at = now
     v.state = snap.state.value
     v.end_reason = snap.reason.to_json() if snap.reason else None
     by_gpu = {j.gpu: j for j in v.jobs}
     for sj in snap.jobs:
         row = by_gpu[sj.gpu]
         if row.state != sj.state.value:
-            if sj.state == M.JobState.DISPATCHED and row.dispatched_at is None:
+            # A run that starts before its dispatch is recorded is dispatched all the same.
+            live = sj.state in (M.JobState.DISPATCHED, M.JobState.RUNNING)
+            if live and row.dispatched_at is None:
                 row.dispatched_at = now
             if sj.state.over or sj.state == M.JobState.COMPLETED:
                 row.completed_at = row.completed_at or now
@@ -159,6 +159,8 @@ def transition(
                 before = snapshot(v)
                 after, effects = M.step(before, event)
                 if after == before and not effects:
+                    if also is not None:
+                        also(s, v)
                     return before, ()
                 moved = s.execute(
                     update(Verification)
@@ -215,10 +217,11 @@ def with_pending_effects(s: Session, now: dt.datetime) -> list[str]:
     return [r[0] for r in rows]
 
 
-def claim(db: Database, vid: str, lease_s: int) -> bool:
+def claim(db: Database, vid: str, lease_s: int) -> str | None:
     """Take the verification's lease in a transaction of its own (visible while the
-    effects are carried out); an expired lease is the reconciler's cue."""
-    now = utcnow()
+    effects are carried out); its token, or None when another worker holds it. An
+    expired lease is the reconciler's cue."""
+    now, token = utcnow(), secrets.token_hex(8)
     with db.session() as s:
         got = s.execute(
             update(Verification)
@@ -226,18 +229,32 @@ def claim(db: Database, vid: str, lease_s: int) -> bool:
                 Verification.id == vid,
                 (Verification.lease_until.is_(None)) | (Verification.lease_until < now),
             )
-            .values(lease_until=now + dt.timedelta(seconds=lease_s))
+            .values(lease_until=now + dt.timedelta(seconds=lease_s), lease_owner=token)
+            .execution_options(synchronize_session=False)
+        ).rowcount  # type: ignore[attr-defined]
+    return token if got else None
+
+
+def renew(db: Database, vid: str, token: str, lease_s: int) -> bool:
+    """Extend the lease before each effect; False when it was lost (it expired and
+    another worker took it): then stop, that worker carries on."""
+    with db.session() as s:
+        got = s.execute(
+            update(Verification)
+            .where(Verification.id == vid, Verification.lease_owner == token)
+            .values(lease_until=utcnow() + dt.timedelta(seconds=lease_s))
             .execution_options(synchronize_session=False)
         ).rowcount  # type: ignore[attr-defined]
     return bool(got)
 
 
-def release(db: Database, vid: str) -> None:
+def release(db: Database, vid: str, token: str) -> None:
+    """Give the lease back, if it is still ours."""
     with db.session() as s:
         s.execute(
             update(Verification)
-            .where(Verification.id == vid)
-            .values(lease_until=None)
+            .where(Verification.id == vid, Verification.lease_owner == token)
+            .values(lease_until=None, lease_owner=None)
             .execution_options(synchronize_session=False)
         )
 
@@ -291,13 +308,17 @@ def active(s: Session, repo: str, number: int) -> list[Verification]:
 
 
 def running_count(s: Session, repo: str, other_than: str) -> int:
+    """Active verifications of the repository with a run on a GPU or on its way there."""
+    live = (M.JobState.DISPATCHING.value, M.JobState.DISPATCHED.value, M.JobState.RUNNING.value)
     n = s.scalar(
-        select(func.count())
+        select(func.count(func.distinct(Verification.id)))
         .select_from(Verification)
+        .join(RunnerJob)
         .where(
             Verification.repo == repo,
             Verification.id != other_than,
-            Verification.state.in_((M.State.DISPATCHED.value, M.State.RUNNING.value)),
+            Verification.state.in_(ACTIVE_STATES),
+            RunnerJob.state.in_(live),
         )
     )
     return int(n or 0)

@@ -24,6 +24,7 @@ def upgrade() -> None:
         )
         batch_op.add_column(sa.Column("end_reason", sa.JSON(), nullable=True))
         batch_op.add_column(sa.Column("attribution", sa.JSON(), nullable=True))
+        batch_op.add_column(sa.Column("lease_owner", sa.String(length=32), nullable=True))
     with op.batch_alter_table("runner_jobs", schema=None) as batch_op:
         batch_op.add_column(sa.Column("end_reason", sa.JSON(), nullable=True))
         batch_op.add_column(
@@ -59,6 +60,7 @@ def downgrade() -> None:
         batch_op.drop_column("dispatch_requested_at")
         batch_op.drop_column("end_reason")
     with op.batch_alter_table("verifications", schema=None) as batch_op:
+        batch_op.drop_column("lease_owner")
         batch_op.drop_column("attribution")
         batch_op.drop_column("end_reason")
         batch_op.drop_column("version")
