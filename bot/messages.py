@@ -98,11 +98,11 @@ def config_error(result: ConfigResult) -> str:
 
 
 def check_queued(v: Verification) -> tuple[str, str]:
-    return "Queued for GPU runners", _say("check_queued", v)
+    return _say("title_queued"), _say("check_queued", v)
 
 
 def check_running(v: Verification) -> tuple[str, str]:
-    return f"Running on {', '.join(v.gpus)}", _say("check_running", v, jobs(v))
+    return _say("title_running", v), _say("check_running", v, jobs(v))
 
 
 def _failed_jobs(v: Verification) -> list[JobView]:
@@ -110,17 +110,15 @@ def _failed_jobs(v: Verification) -> list[JobView]:
 
 
 def check_published(v: Verification, check_md: str) -> tuple[str, str]:
-    title = f"{v.verdict}: {v.reason or ''}".strip().rstrip(":")
     failed = _failed_jobs(v)
     if failed:
-        title += " (partial: " + ", ".join(f"{j.gpu} {j.state}" for j in failed) + ")"
         check_md = _say("partial_note", failed) + "\n\n" + check_md
-    return title, check_md
+    return _say("title_published", v, failed), check_md
 
 
 def check_ended(v: Verification) -> tuple[str, str]:
     why = end_reason(v)
-    return f"Verification {v.state}: {why}", _say("check_ended", v, why, jobs(v))
+    return _say("title_ended", v, why), _say("check_ended", v, why, jobs(v))
 
 
 # ----------------------------------------------------------------------- the comment

@@ -123,14 +123,13 @@ def test_nothing_erases_published_evidence(w: World, later: str) -> None:
     good_rows = [line for line in before.splitlines() if "improved" in line and "`" in line]
     assert good_rows
     if later == "closed":
-        pull = w.github.pulls[appkit.UPSTREAM.lower()][number]
-        payload = push(w.github, number, HEAD_SHA, "openrsi-bot")
-        payload["action"] = "closed"
-        payload["pull_request"]["state"] = "closed"
-        pull.state = "closed"
-        # A verification to cancel: a trusted push first.
+        # A verification to cancel: a trusted push first, then the PR is closed.
         assert w.deliver("pull_request", push(w.github, number, NEW_SHA, "openrsi-bot"), "p") == 202
         w.settle()
+        payload = push(w.github, number, NEW_SHA, "openrsi-bot")
+        payload["action"] = "closed"
+        payload["pull_request"]["state"] = "closed"
+        w.github.pulls[appkit.UPSTREAM.lower()][number].state = "closed"
         assert w.deliver("pull_request", payload, "close") == 202
     else:
         assert w.deliver("pull_request", push(w.github, number, NEW_SHA, "openrsi-bot"), "p") == 202

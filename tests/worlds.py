@@ -66,6 +66,8 @@ class World:
     github: GitHubStandIn
     client: FlaskClient
     tmp: Path
+    # A queued verification may be waiting for the repository's GPU budget: not busy.
+    queue_may_wait: bool = False
 
     # --------------------------------------------------------------- acting
 
@@ -166,6 +168,8 @@ class World:
                 queued = s.scalar(
                     select(Verification.id).where(Verification.state == "queued").limit(1)
                 )
+            if self.queue_may_wait:
+                queued = None
             busy = waiting is not None or queued is not None or steps.stuck_effects(self.svc)
             if self.shape == "embedded" and not busy:
                 return
