@@ -57,6 +57,8 @@ def drain(svc: Services, vid: str) -> None:
             return  # another worker has it; it looks again after releasing
         try:
             wait = _drain_claimed(svc, vid, token)
+        except _LeaseLost:
+            return  # the worker that took it carries on
         finally:
             store.release(svc.db, vid, token)
         if wait is not None:
@@ -64,6 +66,10 @@ def drain(svc: Services, vid: str) -> None:
             return
         if not _due(svc, vid):
             return
+
+
+class _LeaseLost(Exception):
+    """The lease expired mid-drain and another worker took it."""
 
 
 def _due(svc: Services, vid: str) -> bool:
@@ -76,8 +82,8 @@ def _due(svc: Services, vid: str) -> bool:
 
 
 def _drain_claimed(svc: Services, vid: str, token: str) -> float | None:
-    """Seconds until the first pending effect is due, or None when none is left (or the
-    lease was lost to another worker, who carries on)."""
+    """Seconds until the first pending effect is due, or None when none is left;
+    `_LeaseLost` when another worker took the lease meanwhile."""
     with observability.verification_context(vid):
         while True:
             now = utcnow()
@@ -91,7 +97,7 @@ def _drain_claimed(svc: Services, vid: str, token: str) -> float | None:
                 eid, kind, params, attempts = row.id, row.kind, row.params, row.attempts
             if not store.renew(svc.db, vid, token, svc.settings.RSI_LEASE_S):
                 log.warning("%s: lease lost before %s; another worker carries on", vid, kind)
-                return None
+                raise _LeaseLost
             try:
                 effect = M.effect_from_json(kind, params)
                 follow = EXECUTORS[type(effect)](svc, vid, effect)

@@ -1,0 +1,258 @@
+"""Guards of the verification's storage and effects, one at a time on the embedded
+default: a transition that loses the race reads again; an effect carried out after the
+verification moved on does nothing; an effect that cannot be read is given up."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import update
+from sqlalchemy.exc import OperationalError
+
+from bot.models import Effect, Verification
+from bot.verification import effects as E
+from bot.verification import machine as M
+from bot.verification import reasons as R
+from bot.verification import steps, store
+from bot.verification.reasons import Reason
+from tests import appkit
+from tests.standin import GitHubStandIn
+from tests.worlds import World, world
+
+
+@pytest.fixture
+def w(tmp_path: Path, github: GitHubStandIn) -> Iterator[World]:
+    with world("embedded", tmp_path, github) as x:
+        yield x
+
+
+def test_a_transition_that_loses_the_race_reads_again(
+    w: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    vid = w.promote()
+    real = M.step
+    calls: list[int] = []
+
+    def racing(v: M.Verification, event: M.Event) -> Any:
+        calls.append(1)
+        if len(calls) == 1:  # someone else moves the verification meanwhile
+            with w.svc.db.engine.begin() as conn:
+                conn.execute(
+                    update(Verification)
+                    .where(Verification.id == vid)
+                    .values(version=Verification.version + 1)
+                )
+        return real(v, event)
+
+    monkeypatch.setattr(store.M, "step", racing)
+    after, _ = store.transition(w.svc.db, vid, M.RunStarted("H200"))
+    assert len(calls) == 2
+    assert after is not None
+    assert after.state == M.State.RUNNING
+
+
+def test_a_locked_database_is_tried_again_then_given_up(
+    w: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    vid = w.promote()
+
+    def locked(v: M.Verification, event: M.Event) -> Any:
+        raise OperationalError("UPDATE", {}, Exception("database is locked"))
+
+    monkeypatch.setattr(store.M, "step", locked)
+    with pytest.raises(RuntimeError, match="could not apply RunStarted after 3 tries"):
+        store.transition(w.svc.db, vid, M.RunStarted("H200"), tries=3)
+
+    def broken(v: M.Verification, event: M.Event) -> Any:
+        raise OperationalError("UPDATE", {}, Exception("no such table"))
+
+    monkeypatch.setattr(store.M, "step", broken)
+    with pytest.raises(OperationalError):
+        store.transition(w.svc.db, vid, M.RunStarted("H200"))
+
+
+def test_no_such_verification(w: World) -> None:
+    assert store.transition(w.svc.db, "v-0000000000", M.Start()) == (None, ())
+    steps.start(w.svc, "v-0000000000")  # nothing to start, nothing raised
+    with pytest.raises(LookupError):
+        E.ensure_check_run(w.svc, "v-0000000000", M.EnsureCheckRun())
+
+
+def test_effects_after_the_verification_moved_on_do_nothing(w: World) -> None:
+    """Executors read the truth first: a repeated or late effect sends nothing."""
+    vid = w.promote()
+    before = len(w.github.requests)
+    assert E.dispatch(w.svc, vid, M.Dispatch("H200")) is None  # dispatched already
+    assert E.ingest(w.svc, vid, M.Ingest("H200")) is None  # no run completed
+    assert E.build_evidence(w.svc, vid, M.BuildEvidence()) is None  # not ingesting
+    E.update_pr_body(w.svc, vid, M.UpdatePrBody())  # not published
+    E.ensure_pull_request(w.svc, vid, M.EnsurePullRequest())  # has its PR
+    E.ensure_check_run(w.svc, vid, M.EnsureCheckRun())  # has its check run
+    steps.start(w.svc, vid)  # not queued any more
+    assert len(w.github.requests) == before
+
+
+def test_a_cancel_run_without_a_known_run_sends_nothing(w: World) -> None:
+    vid = w.promote()
+    with w.svc.db.session() as s:
+        v = s.get(Verification, vid)
+        assert v is not None
+        v.jobs[0].workflow_run_id = None
+    before = len(w.github.requests)
+    E.cancel_run(w.svc, vid, M.CancelRun("H200", None))
+    assert len(w.github.requests) == before
+
+
+def test_an_effect_that_cannot_be_read_is_given_up(w: World) -> None:
+    vid = w.promote()
+    with w.svc.db.session() as s:
+        s.add(Effect(verification_id=vid, kind="NoSuchEffect", params={}, attempts=0))
+    steps.drain(w.svc, vid)
+    assert steps.stuck_effects(w.svc) == []  # given up, not left to block the outbox
+    assert w.verification(vid).state == "dispatched"  # not essential: nothing ends
+
+
+def test_pr_bodies_keep_their_evidence_section_when_cut() -> None:
+    from evidence.render import SECTION_END, SECTION_START
+
+    section = f"{SECTION_START}\nfigures\n{SECTION_END}\n"
+    body = "x" * 70_000 + "\n\n" + section
+    cut = E.fit_pr_body(body)
+    assert len(cut) <= 65_536
+    assert cut.endswith(section)
+    assert "cut to fit GitHub's limit" in cut
+    assert E.fit_pr_body("short " + section) == "short " + section
+    assert E.fit_pr_body("y" * 70_000) == "y" * 70_000  # no section: left to the writer
+
+
+def test_notify_and_the_comment_need_a_pull_request(w: World) -> None:
+    """A verification still opening its PR has no PR to speak on yet."""
+    vid = w.promote()
+    with w.svc.db.session() as s:
+        v = s.get(Verification, vid)
+        assert v is not None
+        v.pr_number = None
+    before = len(w.github.requests)
+    E.notify(w.svc, vid, M.Notify("alice"))
+    E.upsert_comment(w.svc, vid, M.UpsertComment())
+    E.update_pr_body(w.svc, vid, M.UpdatePrBody())
+    assert len(w.github.requests) == before
+
+
+def test_a_check_run_not_created_yet_is_not_completed(w: World) -> None:
+    vid = w.promote()
+    with w.svc.db.session() as s:
+        v = s.get(Verification, vid)
+        assert v is not None
+        v.check_run_id = None
+    before = len(w.github.requests)
+    E.complete_check_run(w.svc, vid, M.CompleteCheckRun("neutral"))
+    E.check_run_in_progress(w.svc, vid, M.CheckRunInProgress())
+    assert len(w.github.requests) == before
+
+
+def test_a_superseded_verification_leaves_the_body_to_the_newer_evidence(w: World) -> None:
+    first = w.promote()
+    w.finish(first)
+    number = w.verification(first).pr_number or 0
+    w.github.set_permission(appkit.UPSTREAM, "mia", "write")
+    from tests.test_reviews import command
+
+    w.deliver("issue_comment", command(w.github, number, "/rsi reverify", "mia"), "c")
+    w.settle()
+    second = w.latest(number).id
+    w.finish(second)
+    before = len(w.github.requests)
+    E.update_pr_body(w.svc, first, M.UpdatePrBody())  # a late body update of the older one
+    assert len(w.github.requests) == before
+
+
+def test_the_reconciler_survives_a_runner_repository_it_cannot_list(
+    w: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import datetime as dt
+
+    from bot.models import RunnerJob
+
+    vid = w.promote()
+    with w.svc.db.session() as s:
+        job = s.query(RunnerJob).filter_by(verification_id=vid).one()
+        job.workflow_run_id = None
+        job.dispatched_at = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
+
+    def down(*_: object, **__: object) -> None:
+        raise ConnectionError("GitHub unreachable")
+
+    monkeypatch.setattr(steps, "find_run", down)
+    w.svc.queue.reconcile()  # logs and goes on
+    assert w.verification(vid).state == "dispatched"
+
+
+def test_a_reason_for_every_code_renders() -> None:
+    from bot import messages
+
+    params = {
+        "gpu": "H100",
+        "url": "https://example.com/run",
+        "conclusion": "failure",
+        "minutes": 5,
+        "artifact": "a",
+        "problem": "p",
+        "user": "u",
+        "state": "closed",
+        "id": "v-1",
+        "sha": "a" * 40,
+        "step": "Ingest",
+        "error": "e",
+        "attempts": 3,
+    }
+    for code in sorted(R.CODES):
+        text = messages.reason(Reason(code, params))
+        assert text
+        assert code not in text or code == "no-evidence"
+
+
+def test_find_run_takes_only_this_jobs_run(w: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """By name, from the configured workflow and a dispatch, and never a run that is
+    known to be another job's."""
+    import datetime as dt
+
+    from bot.github.api import Run
+
+    vid = w.promote()
+    known = w.run_id(vid, "H200")
+    path = ".github/workflows/rsi-verify.yml"
+    name = f"rsi verify {vid} h200"
+    runs = [
+        Run(1, "nightly docs", None, path, "workflow_dispatch"),
+        Run(2, name, None, path, "push"),
+        Run(3, name, None, ".github/workflows/other.yml", "workflow_dispatch"),
+        Run(4, f"rsi verify {vid} h100", None, path, "workflow_dispatch"),
+        Run(known, name, None, path, "workflow_dispatch"),  # this job's own: fine
+    ]
+    monkeypatch.setattr(w.svc.github, "runs_since", lambda repo, since: iter(runs))
+    since = dt.datetime.now(dt.UTC)
+    assert E.find_run(w.svc, vid, "H200", since) == (known, None)
+    assert E.find_run(w.svc, vid, "H100", since) == (4, None)
+    # A run another verification's job owns is skipped.
+    assert E.find_run(w.svc, "v-9999999999", "H200", since) is None
+    monkeypatch.setattr(
+        w.svc.github,
+        "runs_since",
+        lambda repo, since: iter([Run(known, "rsi verify v-9999999999 h200", None, path, "")]),
+    )
+    assert E.find_run(w.svc, "v-9999999999", "H200", since) is None
+
+
+def test_a_drain_that_loses_its_lease_stops(w: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    vid = w.promote()
+    with w.svc.db.session() as s:
+        s.add(Effect(verification_id=vid, kind="UpsertComment", params={}, attempts=0))
+    monkeypatch.setattr(store, "renew", lambda *a, **k: False)
+    before = len(w.github.requests)
+    steps.drain(w.svc, vid)
+    assert len(w.github.requests) == before  # the other worker carries on
+    assert [k for _, k, _ in steps.stuck_effects(w.svc)] == ["UpsertComment"]
