@@ -240,6 +240,16 @@ class RepoConfig(BaseModel):
             return problem
         return Plan(gpus=[str(g) for g in chosen], rounds=n, modes=[str(m) for m in self.modes])
 
+    def plan_like(self, gpus: Sequence[str] | None) -> Plan:
+        """The plan for a re-verification that keeps the earlier GPUs where this config
+        still allows them, else the config's own (pushes and the Re-run button)."""
+        plan = self.plan(gpus=gpus)
+        if isinstance(plan, Plan):
+            return plan
+        default = self.plan()
+        assert isinstance(default, Plan)  # the config's own values always make a plan
+        return default
+
     def summary(self) -> str:
         """One line for humans: what a verification will do under this config."""
         t = self.thresholds

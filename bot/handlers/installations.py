@@ -2,9 +2,26 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from sqlalchemy.orm import Session
+
 from bot.handlers.context import Context
 from bot.handlers.registry import on
 from bot.models import Installation
+
+
+def _row(s: Session, inst: dict[str, Any], repos: list[str]) -> Installation:
+    row = s.get(Installation, inst["id"])
+    if row is None:
+        row = Installation(
+            id=inst["id"],
+            account=inst["account"]["login"],
+            target_type=inst.get("target_type"),
+            repositories=repos,
+        )
+        s.add(row)
+    return row
 
 
 @on("installation")
@@ -13,15 +30,7 @@ def installation(ctx: Context) -> None:
     action = ctx.payload.get("action")
     repos = [r["full_name"] for r in ctx.payload.get("repositories") or []]
     with ctx.db.session() as s:
-        row = s.get(Installation, inst["id"])
-        if row is None:
-            row = Installation(
-                id=inst["id"],
-                account=inst["account"]["login"],
-                target_type=inst.get("target_type"),
-                repositories=repos,
-            )
-            s.add(row)
+        row = _row(s, inst, repos)
         row.active = action not in ("deleted", "suspend")
         if action in ("created", "new_permissions_accepted") and repos:
             row.repositories = repos
@@ -33,13 +42,5 @@ def installation_repositories(ctx: Context) -> None:
     added = [r["full_name"] for r in ctx.payload.get("repositories_added") or []]
     removed = {r["full_name"] for r in ctx.payload.get("repositories_removed") or []}
     with ctx.db.session() as s:
-        row = s.get(Installation, inst["id"])
-        if row is None:
-            row = Installation(
-                id=inst["id"],
-                account=inst["account"]["login"],
-                target_type=inst.get("target_type"),
-                repositories=[],
-            )
-            s.add(row)
+        row = _row(s, inst, [])
         row.repositories = sorted((set(row.repositories) | set(added)) - removed)

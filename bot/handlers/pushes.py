@@ -9,7 +9,6 @@ import logging
 from bot import approvals, messages
 from bot.handlers.context import Context
 from bot.handlers.registry import on
-from bot.repo_config import Plan
 from bot.verification import steps, store
 
 log = logging.getLogger(__name__)
@@ -43,11 +42,7 @@ def pushed(ctx: Context) -> None:
     if not trusted:
         ctx.github.create_comment(ctx.repo, number, messages.approval_needed(sender, sha))
         return
-    plan = config.plan(gpus=prev_gpus)
-    if not isinstance(plan, Plan):
-        plan = config.plan()
-    if not isinstance(plan, Plan):  # the defaults always make a plan
-        return
+    plan = config.plan_like(prev_gpus)
     base_sha = None
     if config.base == "main":
         base_sha = ctx.github.branch_sha(ctx.repo, pull["base"]["ref"])

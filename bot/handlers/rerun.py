@@ -9,7 +9,6 @@ from bot.github.api import CHECK_NAME
 from bot.handlers.context import Context
 from bot.handlers.registry import on
 from bot.models import PullRequest
-from bot.repo_config import Plan
 from bot.verification import steps, store
 
 
@@ -34,11 +33,7 @@ def rerun(ctx: Context) -> None:
     if ctx.github.permission(ctx.repo, sender) not in approvals.WRITERS:
         return
     config = ctx.config()
-    plan = config.plan(gpus=prev_gpus)
-    if not isinstance(plan, Plan):
-        plan = config.plan()
-    if not isinstance(plan, Plan):
-        return
+    plan = config.plan_like(prev_gpus)
     with ctx.db.session() as s:
         approvals.approve(s, ctx.repo, number, sha, sender)
     steps.verify_head(

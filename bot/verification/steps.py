@@ -112,20 +112,19 @@ def _drain_claimed(svc: Services, vid: str, token: str) -> float | None:
                 store.transition(svc.db, vid, follow, _mark_done(eid))
 
 
+def _set_done(s: Session, eid: int, error: str | None) -> None:
+    row = s.get(Effect, eid)
+    if row is not None:
+        row.done_at, row.error = utcnow(), error
+
+
 def _mark_done(eid: int, error: str | None = None) -> store.Also:
-    def mark(s: Session, _v: Verification) -> None:
-        row = s.get(Effect, eid)
-        if row is not None:
-            row.done_at, row.error = utcnow(), error
-
-    return mark
+    return lambda s, _v: _set_done(s, eid, error)
 
 
-def _done(svc: Services, eid: int) -> None:
+def _done(svc: Services, eid: int, error: str | None = None) -> None:
     with svc.db.session() as s:
-        row = s.get(Effect, eid)
-        if row is not None:
-            row.done_at, row.error = utcnow(), None
+        _set_done(s, eid, error)
 
 
 # Effects without which a verification cannot go on. Any other effect that keeps failing
@@ -158,14 +157,11 @@ def _failed(svc: Services, vid: str, eid: int, kind: str, attempts: int, exc: Ex
         )
         return
     log.error("%s of %s: %s failed %d times, giving up: %s", vid, repo, kind, attempts, error)
-    done = _mark_done(eid, error)  # given up: the row keeps the error
+    # Given up: the row keeps the error.
     if kind in ESSENTIAL:
-        store.transition(svc.db, vid, M.StepFailed(kind, error, attempts), done)
+        store.transition(svc.db, vid, M.StepFailed(kind, error, attempts), _mark_done(eid, error))
     else:
-        with svc.db.session() as s:
-            v = s.get(Verification, vid)
-            assert v is not None
-            done(s, v)
+        _done(svc, eid, error)
 
 
 def reconcile(svc: Services) -> None:
