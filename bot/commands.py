@@ -1,7 +1,7 @@
 """`/rsi` commands in PR comments, parsed: pure, so every form is a unit test.
 
-A command is a line of its own starting with `/rsi`, outside fenced code blocks and
-quotes (a quoted or pasted command is not a request).
+A command is a line of its own starting with `/rsi`, outside fenced or indented code
+blocks and quotes (a quoted or pasted command is not a request).
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ def _command_line(text: str) -> str | None:
             elif line.startswith(fence):
                 fence = None
             continue
-        if fence is not None or line.startswith(">"):
+        # Inside a fence, a quote, or an indented code block: shown, not asked.
+        if fence is not None or line.startswith(">") or raw.startswith(("    ", "\t")):
             continue
         if _LINE.match(line):
             return line

@@ -24,7 +24,7 @@ from bot.commands import Command, parse
         ("/rsi cancel", Command("cancel")),
         ("/rsi help", Command("help")),
         ("/rsi", Command("help")),
-        ("  /rsi status  ", Command("status")),
+        ("  /rsi status  ", Command("status")),  # up to 3 spaces is still a paragraph
         ("Thanks!\n\n/rsi status\n", Command("status")),
         ("/rsi status extra words are ignored", Command("status")),
     ],
@@ -57,6 +57,8 @@ def test_mistakes_are_named(text: str, error: str) -> None:
         "LGTM",
         "please run /rsi reverify when you can",  # not a line of its own
         "> /rsi reverify",  # quoted from someone else
+        "    /rsi reverify",  # an indented code block
+        "Run:\n\n\t/rsi cancel",
         "```\n/rsi reverify\n```",  # in a code block
         "~~~sh\n/rsi cancel\n~~~",
         "````\n```\n/rsi reverify\n```\n````",  # a fence inside a longer fence
