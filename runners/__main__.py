@@ -5,6 +5,8 @@
         --modes streaming,non-streaming --out DIR
     rsi-runner tasks          list the task files and check that each one loads
     rsi-runner fingerprint    print this machine's environment fingerprint
+    rsi-runner sandbox        check (or --create the users for) candidate isolation
+    rsi-runner check-bundle DIR   verify a bundle's files against its manifest's digests
 
 Exit status of `verify`: 0 when the whole schedule ran (failed runs are data in the
 bundle, not errors of the runner), 1 when it was cut short (`complete: false`), 2 for a
@@ -141,16 +143,64 @@ def parser() -> argparse.ArgumentParser:
     )
     opt.add_argument("--runner-name", help="default: $RUNNER_NAME or the host name")
     opt.add_argument("--runner-labels", type=_csv, help="comma-separated runner labels")
+    iso = v.add_argument_group("isolation (runners/README.md, The runner machine)")
+    iso.add_argument(
+        "--isolation",
+        choices=("cgroup", "none"),
+        default="cgroup",
+        help="cgroup (default): each side as its own user, each run in its own cgroup; "
+        "none: candidates run as this user, and the evidence says so as an error",
+    )
+    iso.add_argument(
+        "--candidate-users",
+        type=_users,
+        help="the sides' users (default: base=rsi-base,head=rsi-head)",
+    )
+    iso.add_argument(
+        "--benchmark-ref",
+        help="ref of --repo the benchmark client runs from (default: the task's "
+        "trusted_ref, else the base commit)",
+    )
 
     sub.add_parser("tasks", help="list the task files and check that each one loads")
     sub.add_parser("fingerprint", help="print this machine's environment fingerprint (JSON)")
+    sb = sub.add_parser("sandbox", help="check that this machine can isolate candidate code")
+    sb.add_argument(
+        "--create-users", action="store_true", help="create the candidate users first (root)"
+    )
+    sb.add_argument("--candidate-users", type=_users, help="default: base=rsi-base,head=rsi-head")
+    cb = sub.add_parser("check-bundle", help="verify a bundle's files against its digests")
+    cb.add_argument("dir", type=Path)
     return ap
+
+
+def _users(value: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for part in _csv(value):
+        side, sep, name = part.partition("=")
+        if not sep or side not in ("base", "head") or not re.fullmatch(r"[a-z_][a-z0-9_-]*", name):
+            raise argparse.ArgumentTypeError(f"expected base=USER,head=USER: {value!r}")
+        out[side] = name
+    if set(out) != {"base", "head"}:
+        raise argparse.ArgumentTypeError(f"name both sides' users: {value!r}")
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.command == "tasks":
         return _tasks()
+    if args.command == "sandbox":
+        return _sandbox(args)
+    if args.command == "check-bundle":
+        from runners.bundle import check
+
+        problems = check(args.dir)
+        for p in problems:
+            print(f"rsi-runner: {args.dir}: {p}", file=sys.stderr)
+        if not problems:
+            print(f"{args.dir}: every file matches the manifest's digests")
+        return 1 if problems else 0
     if args.command == "fingerprint":
         from runners import fingerprint, gpu
 
@@ -161,6 +211,39 @@ def main(argv: list[str] | None = None) -> int:
             b.close()
         return 0
     return _verify(args)
+
+
+def _sandbox(args: argparse.Namespace) -> int:
+    import subprocess
+    import tempfile
+
+    from runners import sandbox
+
+    users = args.candidate_users or sandbox.DEFAULT_USERS
+    if args.create_users:
+        import pwd
+
+        for name in users.values():
+            try:
+                pwd.getpwnam(name)
+            except KeyError:
+                cmd = ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin"]
+                r = subprocess.run([*cmd, name], capture_output=True, text=True, check=False)
+                if r.returncode != 0:
+                    print(f"rsi-runner: useradd {name}: {r.stderr.strip()}", file=sys.stderr)
+                    return 1
+                print(f"created user {name}")
+    with tempfile.TemporaryDirectory(prefix="rsi-sandbox-") as d:
+        try:
+            sb = sandbox.Sandbox.open("cgroup", Path(d) / "sandbox", users)
+        except sandbox.SandboxError as exc:
+            print(f"rsi-runner: {exc}", file=sys.stderr)
+            return 1
+        try:
+            print(json.dumps(sb.describe(), indent=2))
+        finally:
+            sb.close()
+    return 0
 
 
 def _tasks() -> int:
@@ -221,6 +304,9 @@ def _verify(args: argparse.Namespace) -> int:
         prelaunch_s=max(0.0, args.prelaunch_window),
         runner_name=args.runner_name,
         runner_labels=args.runner_labels,
+        isolation=args.isolation,
+        candidate_users=args.candidate_users,
+        benchmark_ref=args.benchmark_ref,
     )
     if args.python:
         opts.python = args.python

@@ -13,7 +13,7 @@ import json
 import os
 import platform
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -158,16 +158,19 @@ def side(
     env: Mapping[str, str],
     packages: tuple[str, ...] = PACKAGES,
     timeout: float = 120.0,
+    wrap: Callable[[list[str]], list[str]] | None = None,
 ) -> dict[str, Any]:
     """Python and package versions as the side's interpreter sees them, in its worktree.
 
+    The probe runs the side's interpreter, so it runs as the candidate (`wrap`).
     Returns the fingerprint keys (`python`, `packages`) plus `imports` (module → file) and
     `error` when the probe failed.
     """
     mods = top_level_packages(worktree)
     try:
+        argv = [python, "-c", _PROBE, json.dumps(list(packages)), json.dumps(mods)]
         r = subprocess.run(
-            [python, "-c", _PROBE, json.dumps(list(packages)), json.dumps(mods)],
+            wrap(argv) if wrap else argv,
             cwd=worktree,
             env=dict(env),
             capture_output=True,

@@ -12,7 +12,7 @@ import os
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 _SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
@@ -76,6 +76,7 @@ class Checkout:
     head: Path
     base_sha: str
     head_sha: str
+    trees: list[Path] = field(default_factory=list)  # more worktrees (the trusted tree)
 
 
 def _fetch(repo: Path, src: str, rev: str, tag: str) -> str:
@@ -139,8 +140,30 @@ def checkout(workdir: Path, repo_src: str, base: str, head_src: str, head: str) 
     return co
 
 
+def trusted_tree(co: Checkout, path: Path, repo_src: str, rev: str | None) -> str:
+    """A third worktree, at `rev` (default: the base commit), for the benchmark client.
+
+    The client and the accuracy step run from here, never from the head's worktree, so
+    a head cannot change how it is measured. Returns the tree's commit SHA.
+    """
+    sha = co.base_sha if rev is None else _fetch(co.repo, source(repo_src), rev, "bench")
+    _worktree(co.repo, path, sha)
+    if (path / ".gitmodules").exists():
+        git("submodule", "update", "--init", "--recursive", "--quiet", cwd=path)
+    co.trees.append(path)
+    return sha
+
+
+def changed(co: Checkout, paths: list[str]) -> list[str]:
+    """Files under `paths` that differ between base and head (the head's own changes)."""
+    if not paths:
+        return []
+    out = git("diff", "--name-only", co.base_sha, co.head_sha, "--", *paths, cwd=co.repo)
+    return [line for line in out.splitlines() if line]
+
+
 def remove(co: Checkout) -> None:
-    for wt in (co.base, co.head):
+    for wt in (co.base, co.head, *co.trees):
         try:
             git("worktree", "remove", "--force", str(wt), cwd=co.repo)
         except GitError:

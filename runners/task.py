@@ -6,9 +6,11 @@ to do when something fails. Every key is checked when the file is read, so a typ
 unknown placeholder fails before any GPU time is spent, with the file and key named.
 
 Commands are split with `shlex.split` first and the placeholders filled in afterwards,
-so a value with spaces stays one argument; they run without a shell, in the side's
-worktree. A command that starts with `sh -c` gets its script's placeholders
-shell-quoted. Write `{{` and `}}` for literal braces (a shell's `${VAR}` is `${{VAR}}`).
+so a value with spaces stays one argument; they run without a shell: prepare steps and
+the server in the side's worktree, the benchmark client and the accuracy step in the
+trusted tree (`{bench}`: the base commit's copy, or `benchmark.trusted_ref`). A command
+that starts with `sh -c` gets its script's placeholders shell-quoted. Write `{{` and
+`}}` for literal braces (a shell's `${VAR}` is `${{VAR}}`).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ RUN_PLACEHOLDERS = frozenset(
         "round",
         "mode",
         "rsi_root",
+        "bench",
     }
 )
 PREPARE_PLACEHOLDERS = frozenset(
@@ -79,6 +82,11 @@ class Benchmark:
     records: str | None = None  # the per-request rows, when `output` has none
     accuracy_output: str | None = None  # per-sample accuracy the benchmark wrote itself
     keep: tuple[str, ...] = ()  # more of its files to keep (globs under {out})
+    # The client and the accuracy step run from a trusted tree (the base commit, or this
+    # ref of the upstream repository); `scripts` are the paths that make up the client, so
+    # a head that changes them is reported as measured with the trusted copy.
+    trusted_ref: str | None = None
+    scripts: tuple[str, ...] = ("benchmarks",)
 
 
 @dataclass(frozen=True)
@@ -138,6 +146,8 @@ class Task:
                 "records": self.benchmark.records,
                 "accuracy_output": self.benchmark.accuracy_output,
                 "keep": list(self.benchmark.keep),
+                "trusted_ref": self.benchmark.trusted_ref,
+                "scripts": list(self.benchmark.scripts),
             },
             "accuracy": None
             if self.accuracy is None
@@ -332,6 +342,8 @@ def parse(doc: Mapping[str, Any], where: str = "task") -> Task:
             "keep",
             "dataset",
             "modes",
+            "trusted_ref",
+            "scripts",
         }
     )
     conc = b.t.get("concurrencies")
@@ -380,6 +392,8 @@ def parse(doc: Mapping[str, Any], where: str = "task") -> Task:
         records=extra["records"],
         accuracy_output=extra["accuracy_output"],
         keep=keep,
+        trusted_ref=b.opt_str("trusted_ref"),
+        scripts=b.strs("scripts") if "scripts" in b.t else ("benchmarks",),
     )
 
     acc: Accuracy | None = None

@@ -12,6 +12,7 @@ written last, also when the verification is interrupted (SIGTERM, SIGINT) or bre
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -34,7 +35,17 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from runners import __version__, devices, fingerprint, gitwork, host, outputs, proc, schedule
+from runners import (
+    __version__,
+    devices,
+    fingerprint,
+    gitwork,
+    host,
+    outputs,
+    proc,
+    sandbox,
+    schedule,
+)
 from runners.bundle import BundleWriter
 from runners.gpu import Backend, Monitor, NoGpu, detect, wait_idle
 from runners.task import RUNNER_ROOT, Task, render, render_command
@@ -72,6 +83,9 @@ class Options:
     runner_name: str | None = None
     runner_labels: list[str] | None = None
     backend: Backend | None = None  # tests inject one; else detected
+    isolation: str = "cgroup"  # runners/sandbox.py; "none" only when asked for
+    candidate_users: dict[str, str] | None = None  # side -> user (default rsi-base/rsi-head)
+    benchmark_ref: str | None = None  # the trusted tree's ref (default: task's, else base)
 
 
 class Interrupted(BaseException):
@@ -223,6 +237,8 @@ class Verifier:
         self.backend: Backend = NoGpu()
         self.warnings: list[str] = []
         self.worktrees: dict[str, Path] = {}
+        self.bench_tree: Path | None = None
+        self.sandbox = sandbox.Sandbox("none", {}, None, Path("."))
         self.env_base, self.scrubbed = proc.scrub_env(os.environ)
         self._pending: int | None = None
         self._raised = False
@@ -331,6 +347,7 @@ class Verifier:
             "gpu": self.gpu,
             "side": side,
             "rsi_root": str(RUNNER_ROOT),
+            "bench": str(self.bench_tree or ""),
             "warmup": self.warmup,
         }
 
@@ -350,13 +367,25 @@ class Verifier:
         return v
 
     def env(self, side: str, values: dict[str, object]) -> dict[str, str]:
+        """The candidate's environment: its worktree first on the path, its own home."""
+        return self.sandbox.env(side, self._env(self.worktrees[side], values))
+
+    def client_env(self, values: dict[str, object]) -> dict[str, str]:
+        """The client's: the trusted tree first on the path, the runner's own user."""
+        assert self.bench_tree is not None
+        env = self._env(self.bench_tree, values)
+        env["PYTHONNOUSERSITE"] = "1"
+        return env
+
+    def _env(self, tree: Path, values: dict[str, object]) -> dict[str, str]:
         env = dict(self.env_base)
         env["PYTHONUNBUFFERED"] = "1"
         # CUDA then numbers GPUs as NVML and nvidia-smi do, so an index in
         # CUDA_VISIBLE_DEVICES names the GPU the runner samples (runners/devices.py).
         env.update(devices.ORDER_ENV)
-        wt = str(self.worktrees[side])
-        env["PYTHONPATH"] = wt + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env["PYTHONPATH"] = str(tree) + (
+            os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
+        )
         for k, t in self.task.server.env.items():
             env[k] = render(t, values)
         return env
@@ -375,6 +404,7 @@ class Verifier:
         with self._signals():
             try:
                 self.workdir = self._make_workdir()
+                self._isolate()
                 self.backend = self._backend()
                 try:
                     co = gitwork.checkout(self.workdir, o.repo, o.base, o.head_repo, o.head)
@@ -383,6 +413,9 @@ class Verifier:
                 self.worktrees = {"base": co.base, "head": co.head}
                 self.bundle.header["base"]["sha"] = co.base_sha
                 self.bundle.header["head"]["sha"] = co.head_sha
+                self._trusted_tree(co)
+                for side, wt in self.worktrees.items():
+                    self.sandbox.own(side, wt)
                 self._fingerprint()
                 self._prepare()
                 for p in self.plan:
@@ -453,12 +486,100 @@ class Verifier:
         self._own_workdir = True
         return Path(tempfile.mkdtemp(prefix="rsi-work-")).resolve()
 
+    def _isolate(self) -> None:
+        """Open the sandbox (or refuse), and close the bundle to the candidates."""
+        assert self.workdir is not None
+        try:
+            self.sandbox = sandbox.Sandbox.open(
+                self.o.isolation, self.workdir / "sandbox", self.o.candidate_users
+            )
+        except sandbox.SandboxError as exc:
+            self.bundle.update(isolation={"mode": self.o.isolation, "error": str(exc)})
+            raise _Abort(str(exc)) from exc
+        self.bundle.update(isolation=self.sandbox.describe())
+        if not self.sandbox.isolated:
+            self.warnings.append(
+                "candidate code ran as the runner's own user, without isolation "
+                "(--isolation none): it could have changed the other side or the records"
+            )
+            return
+        # The candidates may pass through the work folder to their own worktree, but
+        # not list it; the bundle is the runner's alone.
+        self.workdir.chmod(0o711)
+        blocked = [p for p in self.workdir.parents if not p.stat().st_mode & 0o001]
+        if blocked:
+            raise _Abort(
+                f"the candidate users cannot reach {self.workdir}: {blocked[0]} is not "
+                "searchable by others (chmod o+x it, or give another --workdir)"
+            )
+        self.bundle.out.chmod(0o700)
+        for side in self.sandbox.accounts:
+            self._can_run_python(side)
+
+    def _can_run_python(self, side: str) -> None:
+        """The side's user must be able to start `{python}` (often under /root)."""
+        argv = [self.o.python, "-c", "import json, sys"]
+        with self._candidate(side, f"check-{side}") as group:
+            try:
+                r = subprocess.run(
+                    self.sandbox.command(side, argv, group),
+                    cwd="/",
+                    env=self.sandbox.env(side, self.env_base),
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                    check=False,
+                )
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                raise _Abort(f"cannot start {self.o.python} as the {side} user: {exc}") from exc
+        if r.returncode != 0:
+            why = (r.stderr or r.stdout).strip().splitlines()
+            raise _Abort(
+                f"the {side} side's user {self.sandbox.accounts[side].name} cannot run "
+                f"{self.o.python} ({why[-1] if why else f'exit code {r.returncode}'}): make "
+                "the interpreter and its folders readable by it, or give --python"
+            )
+
+    def _trusted_tree(self, co: gitwork.Checkout) -> None:
+        """The benchmark client's tree, out of the head's reach; the manifest says which."""
+        assert self.workdir is not None
+        b = self.task.benchmark
+        ref = self.o.benchmark_ref or b.trusted_ref
+        path = self.workdir / "bench"
+        try:
+            sha = gitwork.trusted_tree(co, path, self.o.repo, ref)
+            changed = gitwork.changed(co, list(b.scripts))
+        except gitwork.GitError as exc:
+            where = ref or "the base commit"
+            raise _Abort(f"cannot check out the benchmark scripts ({where}): {exc}") from exc
+        if self.sandbox.isolated:
+            path.chmod(0o700)
+        self.bench_tree = path
+        self.bundle.update(
+            benchmark_tree={
+                "source": "base" if ref is None else "pinned",
+                "ref": ref,
+                "sha": sha,
+                "scripts": list(b.scripts),
+                "changed_by_head": changed,
+            }
+        )
+        if changed:
+            self.warnings.append(
+                f"the head changes the benchmark scripts ({', '.join(changed[:5])}"
+                f"{', …' if len(changed) > 5 else ''}); both sides were measured with the "
+                f"trusted copy at {sha[:12]}"
+            )
+
     def _cleanup(self, co: gitwork.Checkout | None) -> None:
         with suppress(Exception):
             self.backend.close()
+        with suppress(Exception):
+            self.sandbox.close()
         if self.o.keep_workdir or self.workdir is None:
             return
         shutil.rmtree(self.workdir / "scratch", ignore_errors=True)
+        shutil.rmtree(self.workdir / "sandbox", ignore_errors=True)
         if co is not None:
             gitwork.remove(co)
         if self._own_workdir:
@@ -506,7 +627,13 @@ class Verifier:
         checkout: dict[str, Any] = {}
         for side in ("base", "head"):
             vals = self.values(side, rnd=None)
-            fp = fingerprint.side(self.o.python, self.worktrees[side], self.env(side, vals))
+            with self._candidate(side, f"probe-{side}") as group:
+                fp = fingerprint.side(
+                    self.o.python,
+                    self.worktrees[side],
+                    self.env(side, vals),
+                    wrap=functools.partial(self.sandbox.command, side, group=group),
+                )
             env = dict(shared)
             env["python"] = fp["python"]
             env["packages"] = fp["packages"]
@@ -538,6 +665,22 @@ class Verifier:
                 bench["dataset_sha256_head"] = shas.get("head")
                 self.warnings.append("base and head read different dataset files")
 
+    @contextmanager
+    def _candidate(self, side: str, label: str) -> Iterator[sandbox.Group | None]:
+        """A cgroup for one candidate command; anything of the side's left is killed, and
+        a process that escaped it stops the verification (`process-survived`)."""
+        group = self.sandbox.group(label)
+        try:
+            yield group
+        finally:
+            survivors = self.sandbox.end(side, group)
+        if survivors:
+            self.bundle.update(survivors=survivors)
+            raise _Abort(
+                f"process-survived: {len(survivors)} process(es) of the {side} side's user "
+                f"outlived {label} outside its cgroup and were killed"
+            )
+
     def _prepare(self) -> None:
         record: dict[str, Any] = {}
         self.bundle.update(prepare=record)
@@ -553,14 +696,15 @@ class Verifier:
                 argv = render_command(tmpl, vals)
                 left = min(self.task.prepare_timeout_s, self.deadline - time.monotonic())
                 try:
-                    fin = proc.run(
-                        argv,
-                        self.worktrees[side],
-                        self.env(side, vals),
-                        log,
-                        timeout=max(left, 1.0),
-                        header=f"$ {shlex.join(argv)}",
-                    )
+                    with self._candidate(side, f"prepare-{side}") as group:
+                        fin = proc.run(
+                            self.sandbox.command(side, argv, group),
+                            self.worktrees[side],
+                            self.env(side, vals),
+                            log,
+                            timeout=max(left, 1.0),
+                            header=f"$ {shlex.join(argv)}",
+                        )
                 except OSError as exc:
                     entry.update(status="failed", error=f"{shlex.join(argv)}: {exc}")
                     raise _Abort(f"prepare failed on {side}: {shlex.join(argv)}: {exc}") from exc
@@ -604,6 +748,9 @@ class Verifier:
         scratch = self.workdir / "scratch" / p.id
         shutil.rmtree(scratch, ignore_errors=True)
         scratch.mkdir(parents=True)
+        if self.sandbox.isolated:
+            scratch.parent.chmod(0o711)
+            scratch.chmod(0o711)  # server/ is the candidate's, bench/ the client's
         rec: dict[str, Any] = dict(p.record())
         rec.update(
             {
@@ -634,6 +781,7 @@ class Verifier:
         monitor: Monitor | None = None
         stopped = False
         kept = False
+        group: sandbox.Group | None = None
 
         def stop_server(grace: float) -> None:
             """Stop the server and the sampling (once), and note how it ended."""
@@ -688,13 +836,22 @@ class Verifier:
                 out=str(scratch / "server"),
             )
             (scratch / "server").mkdir()
+            self.sandbox.own(side, scratch / "server")
             env = self.env(side, vals)
+            cenv = self.client_env(vals)
             argv = render_command(self.task.server.command, vals)
             health = render(self.task.server.health, vals)
             info.update({"port": port, "health": health, "command": argv})
             monitor = Monitor(self.backend, self.o.sample_interval_s)
+            group = self.sandbox.group(p.id)
             try:
-                server = proc.Process(argv, wt, env, server_log, header=f"$ {shlex.join(argv)}")
+                server = proc.Process(
+                    self.sandbox.command(side, argv, group),
+                    wt,
+                    env,
+                    server_log,
+                    header=f"$ {shlex.join(argv)}",
+                )
             except OSError as exc:
                 raise RunFailure("start-failed", f"the server could not be started: {exc}") from exc
             monitor.start()
@@ -703,12 +860,12 @@ class Verifier:
             if p.warmup_requests > 0:
                 stage = "warm-up"
                 wvals = dict(vals, requests=p.warmup_requests, out=str(scratch / "warmup"))
-                (scratch / "warmup").mkdir()
+                self.sandbox.private(scratch / "warmup")
                 self._client(
                     "warm-up",
                     self.task.benchmark.modes[p.mode],
                     wvals,
-                    env,
+                    cenv,
                     client_log,
                     server,
                     self.task.benchmark.timeout_s,
@@ -717,12 +874,12 @@ class Verifier:
 
             stage = "benchmark"
             bvals = bench_vals = dict(vals, out=str(scratch / "bench"))
-            (scratch / "bench").mkdir()
+            self.sandbox.private(scratch / "bench")
             fin = self._client(
                 "benchmark",
                 self.task.benchmark.modes[p.mode],
                 bvals,
-                env,
+                cenv,
                 client_log,
                 server,
                 self.task.benchmark.timeout_s,
@@ -731,7 +888,7 @@ class Verifier:
             rec["started_at"] = iso(fin.started)
             rec["ended_at"] = iso(fin.ended)
             rec["runner_wall_s"] = round(fin.wall_s, 4)
-            src = self._output(self.task.benchmark.output, bvals, wt)
+            src = self._output(self.task.benchmark.output, bvals)
             if src is None:
                 raise RunFailure(
                     "no-output",
@@ -758,7 +915,7 @@ class Verifier:
             acc = self.task.accuracy
             if p.accuracy and acc is not None and not acc.after_server_stop:
                 stage = "accuracy"
-                self._accuracy(rec, rdir, bvals, env, client_log, server, run_deadline)
+                self._accuracy(rec, rdir, bvals, cenv, client_log, server, run_deadline)
             stage = "stop"
             rc = server.poll()
             if rc is not None:
@@ -768,7 +925,7 @@ class Verifier:
             if p.accuracy and acc is not None and acc.after_server_stop:
                 stop_server(self.task.server.stop_grace_s)
                 stage = "accuracy"
-                self._accuracy(rec, rdir, bvals, env, client_log, None, run_deadline)
+                self._accuracy(rec, rdir, bvals, cenv, client_log, None, run_deadline)
         except RunFailure as exc:
             failure = exc
         except Interrupted as exc:
@@ -780,6 +937,17 @@ class Verifier:
         finally:
             with self._shielded():
                 stop_server(3.0 if interrupted is not None else self.task.server.stop_grace_s)
+                # Everything the candidate started dies with its cgroup; a process of its
+                # user still alive elsewhere escaped, and the run cannot be trusted.
+                survivors = self.sandbox.end(side, group)
+                if survivors:
+                    info["survivors"] = rec["survivors"] = survivors
+                    if failure is None or failure.kind == "crashed":
+                        failure = RunFailure(
+                            "process-survived",
+                            f"{len(survivors)} process(es) of the {side} side's user outlived "
+                            "the run outside its cgroup and were killed",
+                        )
                 spath = rdir / "server.json"
                 write_json_atomic(spath, info, indent=None)
                 rec["files"]["server"] = self.bundle.rel(spath)
@@ -788,7 +956,7 @@ class Verifier:
                 rec["startup_s"] = info.get("startup_s")
                 if failure is not None:
                     left = (
-                        self._output(self.task.benchmark.output, bench_vals, wt)
+                        self._output(self.task.benchmark.output, bench_vals)
                         if bench_vals is not None
                         else None
                     )
@@ -848,7 +1016,7 @@ class Verifier:
             acc.timeout_s or self.task.benchmark.timeout_s,
             run_deadline,
         )
-        src = self._output(acc.output, vals, Path(str(vals["worktree"])))
+        src = self._output(acc.output, vals)
         if src is None:
             raise RunFailure(
                 "no-output",
@@ -905,9 +1073,9 @@ class Verifier:
         """
         argv = render_command(template, vals)
         limit, which = self._limit(step_timeout, run_deadline)
-        wt = self.worktrees[str(vals["side"])]
+        assert self.bench_tree is not None
         try:
-            c = proc.Process(argv, wt, env, log, f"--- {what}\n$ {shlex.join(argv)}")
+            c = proc.Process(argv, self.bench_tree, env, log, f"--- {what}\n$ {shlex.join(argv)}")
         except OSError as exc:
             raise RunFailure(
                 "client-failed", f"the {what} client could not be started: {exc}", "client"
@@ -955,10 +1123,12 @@ class Verifier:
             )
         return proc.Finished(rc, False, wall, c.started, c.started + wall)
 
-    def _output(self, template: str, vals: dict[str, object], wt: Path) -> Path | None:
+    def _output(self, template: str, vals: dict[str, object]) -> Path | None:
+        """An output file the client wrote (relative paths: in the trusted tree)."""
         p = Path(render(template, vals))
         if not p.is_absolute():
-            p = wt / p
+            assert self.bench_tree is not None
+            p = self.bench_tree / p
         return p if p.is_file() else None
 
     def _log_tail(

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +17,19 @@ from tests.bundles import clean_bundle
 from tests.standin import GitHubStandIn, serve
 
 REAL = Path(__file__).parent / "fixtures" / "real"
+
+
+@pytest.fixture
+def reachable_tmp() -> Iterator[Path]:
+    """A temporary folder the runner's candidate users can pass through (not list).
+
+    A verification with isolation runs each side as its own user, who must reach its
+    worktree; pytest's own folders are 0700, and every pytest session resets them.
+    """
+    d = Path(tempfile.mkdtemp(prefix="rsi-test-"))
+    d.chmod(0o711)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -11,11 +11,20 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from evidence.build import Inputs
 from runners.task import TASKS_DIR
 from tests.test_runner_verify import ROOT, build, make_repo, runner_cmd, runner_env
 
 DRY_ASR = TASKS_DIR / "dry-asr.toml"
+
+
+@pytest.fixture
+def tmp_path(reachable_tmp: Path) -> Path:
+    """Each side runs as its own user, which must reach its worktree (conftest)."""
+    return reachable_tmp
+
 
 
 def verify_asr(

@@ -27,6 +27,12 @@ from evidence.load import load
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_SMI = ROOT / "tests" / "fixtures" / "nvidia-smi" / "bin"
 
+@pytest.fixture
+def tmp_path(reachable_tmp: Path) -> Path:
+    """Each side runs as its own user, which must reach its worktree (conftest)."""
+    return reachable_tmp
+
+
 
 def git(cwd: Path, *args: str) -> str:
     return subprocess.run(
@@ -50,6 +56,11 @@ def make_repo(path: Path, base: dict[str, Any], head: dict[str, Any]) -> tuple[s
     (path / "README.md").write_text("dry, changed\n")
     git(path, "commit", "-qam", "head")
     return git(path, "rev-parse", "HEAD~1"), git(path, "rev-parse", "HEAD")
+
+
+# The candidates' interpreter: the machine's own, which the candidate users can run (a
+# virtual environment under /root is closed to them; the runner checks and says so).
+CANDIDATE_PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
 
 
 def runner_cmd(repo: Path, base: str, head: str, out: Path, *extra: str) -> list[str]:
@@ -88,6 +99,8 @@ def runner_cmd(repo: Path, base: str, head: str, out: Path, *extra: str) -> list
         "v-test",
         "--repo-name",
         "owner/repo",
+        "--python",
+        CANDIDATE_PYTHON,
         *extra,
     ]
 
@@ -207,7 +220,13 @@ def test_dry_verify_makes_a_bundle_the_engine_accepts(tmp_path: Path) -> None:
     # accuracy once per side, in the first round
     assert [x["id"] for x in m["runs"] if "wer" in x["files"]] == ids[:2]
     env = m["environment"]
-    assert env["base"]["python"] == env["head"]["python"] == sys.version.split()[0]
+    version = subprocess.run(
+        [CANDIDATE_PYTHON, "-c", "import platform; print(platform.python_version())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert env["base"]["python"] == env["head"]["python"] == version
     assert env["base"]["cpu_count"] >= 1
     assert env["base"]["gpu_count"] == 0
     assert m["benchmark"]["requests"] == 20
@@ -552,7 +571,8 @@ def test_runs_on_python_3_10_without_tomllib(tmp_path: Path) -> None:
     m = json.loads((out / "manifest.json").read_text())
     assert m["complete"] is True
     assert m["runner"]["python"].startswith("3.10")
-    assert m["environment"]["base"]["python"].startswith("3.10")
+    # the candidates run the machine's interpreter (--python), not the runner's
+    assert m["environment"]["base"]["python"] == m["environment"]["head"]["python"]
 
 
 def _task_with_prepare(tmp_path: Path, commands: list[str]) -> Path:

@@ -91,6 +91,12 @@ TOOLS = {
 
 # ------------------------------------------------------------------------ helpers
 
+@pytest.fixture
+def tmp_path(reachable_tmp: Path) -> Path:
+    """Each side runs as its own user, which must reach its worktree (conftest)."""
+    return reachable_tmp
+
+
 
 def tool(name: str) -> str:
     """The executable, from this interpreter's environment first; fail (never skip)."""
