@@ -32,6 +32,7 @@ import orjson
 from evidence.records import (
     _NUMERIC_TYPES,
     FIELDS,
+    BeyondBounds,
     FloatArray,
     RecordError,
     RunRecords,
@@ -54,6 +55,8 @@ def _column(values: list[Any], name: str, where: Callable[[int], str]) -> FloatA
     """`_floats`, with the row at fault named."""
     try:
         return _floats(values, name)
+    except BeyondBounds:
+        raise
     except RecordError:
         i = next(i for i, v in enumerate(values) if type(v) not in _NUMERIC_TYPES)
         raise RecordError(

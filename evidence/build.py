@@ -17,6 +17,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from evidence.audit import audit
 from evidence.caveats import write_caveats
 from evidence.errors import InputError
+from evidence.limits import DEFAULT, Limits
 from evidence.links import links, reproduce
 from evidence.load import Source, format_validation, load
 from evidence.model import (
@@ -46,6 +47,8 @@ class Inputs:
     policy: Policy = field(default_factory=Policy)
     github_url: str = "https://github.com"
     public_url: str | None = None
+    # How much input is read at most (evidence.limits).
+    limits: Limits = DEFAULT
 
 
 def read_json_file(path: Path, model: type[T] | Any) -> T:
@@ -67,7 +70,7 @@ def read_json_file(path: Path, model: type[T] | Any) -> T:
 def build(inputs: Inputs) -> tuple[Evidence, list[Source]]:
     if not inputs.bundles:
         raise InputError("(arguments)", "give at least one bundle")
-    sources = [load(p) for p in inputs.bundles]
+    sources = [load(p, inputs.limits) for p in inputs.bundles]
     cand = inputs.candidate
     policy = inputs.policy
     claim = cand.claim if cand else None

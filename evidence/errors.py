@@ -10,3 +10,10 @@ class InputError(Exception):
         super().__init__(f"{path}: {problem}")
         self.path = path
         self.problem = problem
+
+
+class BoundError(InputError):
+    """Input beyond the engine's bounds (`evidence.limits`): an archive too big or too
+    many times compressed, JSON too deep, too many runs, a number outside its physical
+    range. The whole bundle is refused, even where a malformed run file alone would only
+    be a finding: an honest runner never writes one."""

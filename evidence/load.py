@@ -4,7 +4,8 @@ Reading never stops at the first bad file: a run whose file is missing or malfor
 becomes a `bundle-invalid` finding (the `InputError` of `read_run_file`, naming the file
 and the field) and the rest is kept. Only input that cannot be read at all (not an
 archive, no manifest, a manifest that is not `rsi-bundle/1`) stops the load with
-`InputError`.
+`InputError`, and so does input beyond the bounds of `evidence.limits` (`BoundError`:
+an archive too big, JSON too deep, too many runs, a number outside its physical range).
 """
 
 from __future__ import annotations
@@ -18,11 +19,24 @@ from typing import Any, Literal, TypeVar
 import orjson
 from pydantic import ValidationError
 
+from evidence import integrity
 from evidence.asr import ASR_FORMATS, RunSummary, parse_accuracy, parse_records, parse_summary
 from evidence.bundle import MANIFEST, Bundle
-from evidence.errors import InputError
+from evidence.errors import BoundError, InputError
+from evidence.limits import (
+    DEFAULT,
+    MAX_COUNT,
+    MAX_SECONDS,
+    MIN_WALL_S,
+    PHYSICAL,
+    Limits,
+    check_column,
+    check_number,
+    check_server,
+)
 from evidence.model import Commit, Finding, Manifest, Run
 from evidence.records import (
+    BeyondBounds,
     RecordError,
     RunRecords,
     WerRecords,
@@ -78,24 +92,49 @@ def format_validation(exc: ValidationError) -> str:
     return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
 
 
-def load(path: Path) -> Source:
+def load(path: Path, limits: Limits = DEFAULT) -> Source:
     if not path.exists():
         raise InputError(str(path), "no such file or folder")
     if path.is_file() and path.suffix == ".json":
-        return load_per_run_study(path)
-    with Bundle(path) as bundle:
+        return load_per_run_study(path, limits)
+    with Bundle(path, limits) as bundle:
         return _load_bundle(bundle, str(path))
 
 
-def _load_bundle(bundle: Bundle, where: str) -> Source:
+def read_manifest(bundle: Bundle, where: str) -> dict[str, Any]:
+    """The bundle's one manifest as a JSON object, not yet validated: what the engine
+    reads, and what the App checks a bundle's identity against (the same function, so the
+    two can never read different manifests). InputError when it cannot be read;
+    BoundError when it is too big, too deep or lists more runs than `limits.max_runs`."""
+    at = f"{where}/{MANIFEST}"
     try:
-        doc = orjson.loads(bundle.read(MANIFEST))
+        data = bundle.read(MANIFEST)
+    except BoundError as exc:
+        raise BoundError(at, exc.problem) from exc
+    except (ValueError, OSError) as exc:
+        raise InputError(at, f"unreadable ({exc})") from exc
+    try:
+        doc = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
-        raise InputError(f"{where}/{MANIFEST}", f"not valid JSON ({exc})") from exc
+        if "depth" in str(exc):
+            raise BoundError(at, f"JSON nested deeper than the reader allows ({exc})") from exc
+        raise InputError(at, f"not valid JSON ({exc})") from exc
+    if not isinstance(doc, dict):
+        raise InputError(at, "not a JSON object")
+    runs = doc.get("runs")
+    most = bundle.limits.max_runs
+    if isinstance(runs, list) and len(runs) > most:
+        raise BoundError(at, f"{len(runs)} runs, more than {most}")
+    return doc
+
+
+def _load_bundle(bundle: Bundle, where: str) -> Source:
+    doc = read_manifest(bundle, where)
     try:
         manifest = Manifest.model_validate(doc)
     except ValidationError as exc:
         raise InputError(f"{where}/{MANIFEST}", format_validation(exc)) from exc
+    _check_runs(f"{where}/{MANIFEST}", manifest.runs)
     gpu = gpu_label(manifest.gpu)
     src = Source(where, "bundle", manifest, gpu, [])
     seen: set[str] = set()
@@ -112,7 +151,34 @@ def _load_bundle(bundle: Bundle, where: str) -> Source:
         seen.add(run.id)
         src.runs.append(_load_run(bundle, where, gpu, run, order, src.findings))
     src.findings += _unreported(src)
+    src.findings += integrity.check(bundle.read, manifest, gpu)
     return src
+
+
+def _check_runs(at: str, runs: list[Run]) -> None:
+    """The manifest's numbers are within physical ranges."""
+    for i, run in enumerate(runs):
+        check_number(at, f"runs[{i}].wall_clock_s", run.wall_clock_s, MIN_WALL_S, MAX_SECONDS)
+        check_number(at, f"runs[{i}].round", run.round, 1, 1e6)
+        check_number(at, f"runs[{i}].concurrency", run.concurrency, 1, 1e6)
+        check_number(at, f"runs[{i}].requests", run.requests, 0, MAX_COUNT)
+        check_number(at, f"runs[{i}].warmup_requests", run.warmup_requests, 0, MAX_COUNT)
+
+
+def _check_parsed(at: dict[str, str], lr: LoadedRun) -> None:
+    """A run's parsed figures are within physical ranges; BoundError names the file."""
+    if lr.records is not None:
+        where = at.get("records") or at.get("speed") or "?"
+        for name, (lo, hi) in PHYSICAL.items():
+            check_column(where, name, lr.records.cols[name], lo, hi)
+        check_column(where, "inter_chunk_s", lr.records.gaps, 0.0, MAX_SECONDS)
+        check_number(where, "duration", lr.records.duration_s, MIN_WALL_S, MAX_SECONDS)
+    if lr.wer is not None:
+        where = at.get("wer") or at.get("records") or "?"
+        check_column(where, "wer", lr.wer.wer, 0.0, 1e3)
+        check_column(where, "errors", lr.wer.errors_count, 0.0, MAX_COUNT)
+    if lr.server is not None:
+        check_server(at.get("server") or "?", lr.server)
 
 
 def _invalid(gpu: str, run_id: str, message: str) -> Finding:
@@ -128,10 +194,14 @@ def read_run_file(
         data = bundle.read(rel)
     except FileNotFoundError:
         raise
+    except BoundError as exc:
+        raise BoundError(f"{where}/{rel}", exc.problem) from exc
     except (ValueError, OSError) as exc:
         raise InputError(f"{where}/{rel}", str(exc)) from exc
     try:
         return parse(data)
+    except BeyondBounds as exc:
+        raise BoundError(f"{where}/{rel}", str(exc)) from exc
     except RecordError as exc:
         raise InputError(f"{where}/{rel}", f"not a readable {kind} file: {exc}") from exc
 
@@ -167,6 +237,8 @@ def _load_run(
                     f"run {run.id} is `ok` but its {kind} file {rel} is missing from {where}",
                 )
             )
+        except BoundError:
+            raise
         except InputError as exc:
             findings.append(_invalid(gpu, run.id, str(exc)))
     derived_wer: WerRecords | None = None
@@ -180,6 +252,7 @@ def _load_run(
         lr.records = got.get("speed")
     lr.wer = got.get("wer") or derived_wer
     lr.server = got.get("server")
+    _check_parsed({k: f"{where}/{v}" for k, v in wanted.items() if v}, lr)
     lr.metrics = run_metrics(lr.records, run.wall_clock_s, lr.server, lr.wer)
     return lr
 
@@ -214,15 +287,22 @@ _SIDES = {"base": "base", "baseline": "base", "candidate": "head", "head": "head
 _PER_RUN_METRICS = ("throughput_qps", "latency_mean_s", "rtf_mean", "audio_throughput_s_per_s")
 
 
-def load_per_run_study(path: Path) -> Source:
+def load_per_run_study(path: Path, limits: Limits = DEFAULT) -> Source:
     """A study with per-run aggregates only, like SGLang-Omni's `results-summary.json`."""
+    size = path.stat().st_size
+    if size > limits.max_json_bytes:
+        raise BoundError(str(path), f"{size} bytes, more than {limits.max_json_bytes} to read")
     try:
         doc = orjson.loads(path.read_bytes())
     except orjson.JSONDecodeError as exc:
+        if "depth" in str(exc):
+            raise BoundError(str(path), f"JSON nested too deeply ({exc})") from exc
         raise InputError(str(path), f"not valid JSON ({exc})") from exc
     runs = doc.get("runs") if isinstance(doc, dict) else None
     if not isinstance(runs, list) or not runs:
         raise InputError(str(path), "not a bundle and not a per-run study (no `runs` list)")
+    if len(runs) > limits.max_runs:
+        raise BoundError(str(path), f"{len(runs)} runs, more than {limits.max_runs}")
     contract = _sibling_contract(path)
     bench = contract.get("benchmark", {}) if contract else {}
     mode = "unspecified"
@@ -242,22 +322,27 @@ def load_per_run_study(path: Path) -> Source:
             raise InputError(
                 str(path), f"runs[{order}] lacks revision/concurrency/round ({exc})"
             ) from exc
-        run = Run.model_validate(
-            {
-                "id": f"{side}-c{conc}-r{rnd}",
-                "side": side,
-                "round": rnd,
-                "mode": mode,
-                "concurrency": conc,
-                "requests": doc.get("samples_per_run"),
-                "status": "ok",
-                "physical_gpu_id": row.get("physical_gpu_id"),
-            }
-        )
+        try:
+            run = Run.model_validate(
+                {
+                    "id": f"{side}-c{conc}-r{rnd}",
+                    "side": side,
+                    "round": rnd,
+                    "mode": mode,
+                    "concurrency": conc,
+                    "requests": doc.get("samples_per_run"),
+                    "status": "ok",
+                    "physical_gpu_id": row.get("physical_gpu_id"),
+                }
+            )
+        except ValidationError as exc:
+            raise InputError(str(path), f"runs[{order}]: {format_validation(exc)}") from exc
         metrics: dict[str, float | None] = {
             k: (float(row[k]) if isinstance(row.get(k), int | float) else None)
             for k in _PER_RUN_METRICS
         }
+        for k, v in metrics.items():
+            check_number(str(path), f"runs[{order}].{k}", v, 0.0, MAX_COUNT)
         if isinstance(row.get("latency_mean_s"), int | float):
             metrics["latency_mean_s"] = float(row["latency_mean_s"])
         loaded.append(LoadedRun(run=run, order=order, metrics=metrics))

@@ -43,6 +43,15 @@ class RecordError(ValueError):
         self.field = field
 
 
+class BeyondBounds(RecordError):
+    """JSON nested too deeply, or a number no measurement can be (NaN or infinity where
+    a request's figure belongs): the bundle is refused, not just this run."""
+
+
+# orjson's own nesting limit; the standard library's reader is held to it as well.
+JSON_DEPTH = 1024
+
+
 @dataclass
 class RunRecords:
     fmt: str
@@ -76,7 +85,13 @@ def _floats(values: list[Any], name: str) -> FloatArray:
     if not set(map(type, values)) <= _NUMERIC_TYPES:  # JSON decoders give exact types
         bad = next(v for v in values if type(v) not in _NUMERIC_TYPES)
         raise RecordError(f"field {name!r} holds a non-number ({bad!r})", name)
-    return np.array(values, dtype=np.float64)  # None -> NaN
+    out = np.array(values, dtype=np.float64)  # None -> NaN
+    # A NaN or Infinity literal (the standard library reads them) is no measurement;
+    # null is "not reported" and stays NaN.
+    if np.isinf(out).any() or int(np.isnan(out).sum()) != values.count(None):
+        bad = next(v for v in values if v is not None and not np.isfinite(v))
+        raise BeyondBounds(f"field {name!r} holds {bad!r}, which no measurement is", name)
+    return out
 
 
 def _loads(data: bytes) -> Any:
@@ -86,8 +101,12 @@ def _loads(data: bytes) -> Any:
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as exc:
+        if "depth" in str(exc) or "recursion" in str(exc):
+            raise BeyondBounds(f"JSON nested deeper than {JSON_DEPTH} levels") from None
         try:
             return json.loads(data)
+        except RecursionError:
+            raise BeyondBounds(f"JSON nested deeper than {JSON_DEPTH} levels") from None
         except ValueError:  # JSONDecodeError, or bytes that are not UTF-8/16/32
             raise exc from None
 
