@@ -38,6 +38,48 @@ def main() -> None:
 )
 @click.option("--public-url", default=None, help="Base URL where DIR will be served (plot links).")
 @click.option("--out", "out", required=True, type=click.Path(path_type=Path), metavar="DIR")
+@click.option(
+    "--max-bundle-bytes",
+    type=click.IntRange(min=1),
+    default=2 << 30,
+    show_default=True,
+    help="Refuse an archive that unpacks to more bytes.",
+)
+@click.option(
+    "--max-members",
+    type=click.IntRange(min=1),
+    default=20_000,
+    show_default=True,
+    help="Refuse an archive of more members.",
+)
+@click.option(
+    "--max-member-bytes",
+    type=click.IntRange(min=1),
+    default=512 << 20,
+    show_default=True,
+    help="Refuse an archive with a member that unpacks to more bytes.",
+)
+@click.option(
+    "--max-ratio",
+    type=click.FloatRange(min=1),
+    default=200.0,
+    show_default=True,
+    help="Refuse an archive compressed more than this many times (past 1 MiB).",
+)
+@click.option(
+    "--max-json-bytes",
+    type=click.IntRange(min=1),
+    default=64 << 20,
+    show_default=True,
+    help="Refuse a manifest or run file bigger than this.",
+)
+@click.option(
+    "--max-runs",
+    type=click.IntRange(min=1),
+    default=10_000,
+    show_default=True,
+    help="Refuse a manifest of more runs.",
+)
 def evidence(
     bundles: tuple[Path, ...],
     candidate: Path | None,
@@ -47,15 +89,32 @@ def evidence(
     github_url: str,
     public_url: str | None,
     out: Path,
+    max_bundle_bytes: int,
+    max_members: int,
+    max_member_bytes: int,
+    max_ratio: float,
+    max_json_bytes: int,
+    max_runs: int,
 ) -> None:
     """Build the evidence for one verification (one bundle per GPU) into DIR.
 
-    Exits 0 whenever evidence was built, whatever the verdict; 2 on unreadable input.
+    Exits 0 whenever evidence was built, whatever the verdict; 2 on unreadable input,
+    input beyond the bounds (docs/bounds.md) included.
     """
     from evidence.build import Inputs, build, read_json_file, write
     from evidence.errors import InputError
+    from evidence.limits import Limits
     from evidence.model import AttributionEntry, Candidate, HistoryEntry
     from evidence.policy import Policy
+
+    limits = Limits(
+        max_bytes=max_bundle_bytes,
+        max_members=max_members,
+        max_member_bytes=max_member_bytes,
+        max_ratio=max_ratio,
+        max_json_bytes=max_json_bytes,
+        max_runs=max_runs,
+    )
 
     try:
         inputs = Inputs(
@@ -68,6 +127,7 @@ def evidence(
             policy=Policy(threshold_pct=threshold),
             github_url=github_url,
             public_url=public_url,
+            limits=limits,
         )
         ev, sources = build(inputs)
     except InputError as exc:
