@@ -175,7 +175,8 @@ def db_upgrade() -> None:
     "--metrics-port",
     type=int,
     default=None,
-    help="Serve this worker's Prometheus /metrics on this port (jobs, GitHub calls).",
+    help="Serve this worker's Prometheus /metrics on this port (jobs, GitHub calls), on "
+    "METRICS_HOST (default 127.0.0.1).",
 )
 def worker(workers: int, metrics_port: int | None) -> None:
     """Run the queue consumer (the Procfile's `worker:`)."""
@@ -186,7 +187,7 @@ def worker(workers: int, metrics_port: int | None) -> None:
     observability.init_sentry(settings, "worker")
     rt = services.build(settings)
     if metrics_port is not None:
-        observability.serve_metrics(rt, metrics_port)
+        observability.serve_metrics(rt, metrics_port, host=settings.METRICS_HOST)
     rt.huey.create_consumer(workers=workers, worker_type="thread", periodic=True).run()
 
 
@@ -194,28 +195,42 @@ def worker(workers: int, metrics_port: int | None) -> None:
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8000, show_default=True, type=int)
 @click.option("--workers", default=2, show_default=True, help="Queue worker threads.")
-def serve(host: str, port: int, workers: int) -> None:
-    """Run web and worker in one process on the embedded default (SQLite, local files)."""
-    import threading
+@click.option(
+    "--web-workers",
+    default=1,
+    show_default=True,
+    help="gunicorn worker processes (each serves thousands of connections).",
+)
+def serve(host: str, port: int, workers: int, web_workers: int) -> None:
+    """Run the web app and the queue worker on the embedded default (SQLite, local files).
 
-    from werkzeug.serving import make_server
-
-    from bot import observability, services
+    The web app runs in gunicorn, configured as the Procfile's `web:` (bot/gunicorn_conf.py),
+    with `/metrics` on METRICS_HOST:METRICS_PORT; the queue worker (`rsi-bot worker`, its
+    `/metrics` on the next port) runs beside it and is restarted if it dies.
+    """
+    from bot import observability, serving
     from bot.db import upgrade
-    from bot.web.app import create_app
 
     settings = _settings()
     observability.configure_logging(settings)
-    observability.init_sentry(settings, "serve")
     upgrade(settings.DATABASE_URL)
-    rt = services.build(settings)
-    server = make_server(host, port, create_app(svc=rt), threaded=True)
-    threading.Thread(target=server.serve_forever, name="web", daemon=True).start()
+    bind = [serving.bind_address(host, port)]
+    metrics_port = settings.METRICS_PORT or None
+    if metrics_port:
+        bind.append(serving.bind_address(settings.METRICS_HOST, metrics_port))
     click.echo(f"rsi-bot listening on http://{host}:{port} (database {settings.DATABASE_URL})")
-    try:
-        rt.huey.create_consumer(workers=workers, worker_type="thread", periodic=True).run()
-    finally:
-        server.shutdown()
+    serving.WebServer(
+        _web_app,
+        {"bind": bind, "workers": web_workers},
+        queue_worker=serving.queue_worker_command(workers, metrics_port and metrics_port + 1),
+    ).run()
+
+
+def _web_app() -> object:
+    """The App's WSGI app, built in each gunicorn worker."""
+    from bot.web.app import create_app
+
+    return create_app()
 
 
 @main.command()
@@ -254,9 +269,7 @@ def setup(host: str, port: int, manifest: Path | None) -> None:
     GitHub sends you back to PUBLIC_URL/setup/complete, which writes APP_ID, PRIVATE_KEY,
     WEBHOOK_SECRET and RSI_INTAKE_SECRET into RSI_ENV_FILE (default .env).
     """
-    from werkzeug.serving import make_server
-
-    from bot import observability
+    from bot import observability, serving
     from bot.web.setup import create_setup_app, load_setup_settings
 
     settings = load_setup_settings()
@@ -268,16 +281,18 @@ def setup(host: str, port: int, manifest: Path | None) -> None:
         )
         sys.exit(2)
     observability.configure_logging(settings)
-    app = create_setup_app(settings, manifest=manifest)
-    server = make_server(host, port, app, threaded=True)
+    create_setup_app(settings, manifest=manifest)  # a bad manifest stops here, not in gunicorn
     click.echo(
         f"rsi-bot setup listening on http://{host}:{port}: open {settings.public_url}/setup "
         f"(GitHub sends you back to {settings.public_url}/setup/complete, so that URL must "
         "reach this server). Stop with Ctrl-C once the App is created."
     )
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
+    # One worker: the states it issues live in its memory.
+    serving.WebServer(
+        lambda: create_setup_app(settings, manifest=manifest),
+        {"bind": [serving.bind_address(host, port)], "workers": 1},
+    ).run()
+
+
+if __name__ == "__main__":
+    main()

@@ -20,11 +20,21 @@ class ConfigError(Exception):
     """Configuration that cannot run the App; the message names each variable."""
 
 
-class Settings(BaseSettings):
+class MetricsSettings(BaseSettings):
+    """Where `/metrics` is served: a listener of its own (the web process binds it beside
+    the public one), on the public one only with METRICS_PUBLIC. Read alone by
+    `bot.gunicorn_conf`, which needs nothing else."""
+
     model_config = SettingsConfigDict(
         env_file=".env", env_file_encoding="utf-8", extra="ignore", case_sensitive=True
     )
 
+    METRICS_HOST: str = "127.0.0.1"
+    METRICS_PORT: int = Field(default=9100, ge=0, le=65535)  # 0: no metrics listener
+    METRICS_PUBLIC: bool = False
+
+
+class Settings(MetricsSettings):
     APP_ID: int
     PRIVATE_KEY: SecretStr | None = None
     PRIVATE_KEY_PATH: Path | None = None
@@ -53,6 +63,13 @@ class Settings(BaseSettings):
     RSI_EFFECT_BACKOFF_S: float = Field(default=5.0, ge=0)
     RSI_RUN_TIMEOUT_S: int = Field(default=6 * 3600, ge=60)
     RSI_LEASE_S: int = Field(default=600, ge=5)
+    # The bounds of a bundle (docs/bounds.md); the artifact download stops at the first.
+    RSI_BUNDLE_MAX_BYTES: int = Field(default=2 << 30, ge=1)
+    RSI_BUNDLE_MAX_MEMBERS: int = Field(default=20_000, ge=1)
+    RSI_BUNDLE_MAX_MEMBER_BYTES: int = Field(default=512 << 20, ge=1)
+    RSI_BUNDLE_MAX_RATIO: float = Field(default=200.0, ge=1)
+    RSI_BUNDLE_MAX_JSON_BYTES: int = Field(default=64 << 20, ge=1)
+    RSI_BUNDLE_MAX_RUNS: int = Field(default=10_000, ge=1)
     SENTRY_DSN: SecretStr | None = None
     LOG_LEVEL: str = "INFO"
 

@@ -1,15 +1,28 @@
-"""gunicorn settings for the web process (the Procfile's `web:`):
+"""gunicorn settings for the web process (the Procfile's `web:`, and `rsi-bot serve`):
 
     gunicorn -c python:bot.gunicorn_conf 'bot.web.app:create_app()'
 
-gevent workers: a webhook's acknowledgement is mostly waiting for PostgreSQL to commit,
-and a greenlet waits for a fraction of what an OS thread's sleep and wake-up cost. The
-waiting deliveries of a worker are committed together (`bot.delivery_writer`). Measured
-against gthread workers in bench/README.md. Once a worker has loaded the app, its objects
-(≈150,000: SQLAlchemy, PyGithub, pydantic, …) are moved out of the garbage collector's
-view with `gc.freeze()`, so collections triggered by request handling no longer walk them.
-Command-line flags override these; `WEB_CONCURRENCY`, `GUNICORN_WORKER_CLASS` (e.g.
-`gthread`, with `GUNICORN_THREADS`) and `PORT` are read from the environment.
+gevent workers (`bot.serving.GeventWorker`): a webhook's acknowledgement is mostly waiting
+for PostgreSQL to commit, and a greenlet waits for a fraction of what an OS thread's sleep
+and wake-up cost. The waiting deliveries of a worker are committed together
+(`bot.delivery_writer`). Measured against gthread workers in bench/README.md.
+
+Slow clients: each connection costs a greenlet, so a worker holds `worker_connections` of
+them at once (2,000 connections that send nothing, or a byte a second, leave a signed
+webhook answered within a second: tests/test_serve.py); a client has `keepalive` seconds
+to send its request line and headers and `bot.serving.BODY_TIMEOUT_S` for its body, then
+it is disconnected. (gthread workers give each slow client a thread until it is done:
+keep them behind a proxy that buffers requests.)
+
+Two listeners: the public one on `PORT` (0.0.0.0), and `/metrics` on
+`METRICS_HOST:METRICS_PORT` (127.0.0.1:9100; `METRICS_PORT=0`: none), which the public
+one does not answer unless `METRICS_PUBLIC` is set.
+
+Once a worker has loaded the app, its objects (≈150,000: SQLAlchemy, PyGithub, pydantic,
+…) are moved out of the garbage collector's view with `gc.freeze()`, so collections
+triggered by request handling no longer walk them. Command-line flags override these;
+`WEB_CONCURRENCY`, `GUNICORN_WORKER_CLASS` (e.g. `gthread`, with `GUNICORN_THREADS`) and
+`PORT` are read from the environment.
 """
 
 from __future__ import annotations
@@ -18,12 +31,24 @@ import gc
 import os
 from typing import Any
 
-bind = f"0.0.0.0:{os.environ.get('PORT', '8000')}"
+from bot.config import MetricsSettings
+from bot.serving import bind_address, raise_open_files_limit
+
+_metrics = MetricsSettings()
+bind = [f"0.0.0.0:{os.environ.get('PORT', '8000')}"]
+if _metrics.METRICS_PORT:
+    bind.append(bind_address(_metrics.METRICS_HOST, _metrics.METRICS_PORT))
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
-worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "gevent")
-worker_connections = 1000  # gevent: open connections per worker
+worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "bot.serving.GeventWorker")
+worker_connections = 10_000  # gevent: open connections per worker (a greenlet each)
 threads = int(os.environ.get("GUNICORN_THREADS", "4"))  # gthread only
+keepalive = 5  # gevent: seconds to send the request line and headers; idle keep-alive
 timeout = 30  # a webhook's acknowledgement takes milliseconds; GitHub gives up after 10 s
+control_socket_disable = True  # no control socket: nothing drives the App through it
+
+
+def on_starting(server: Any) -> None:
+    raise_open_files_limit()  # one file per connection
 
 
 def post_worker_init(worker: Any) -> None:

@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bot import handlers, observability, services
 from bot.models import Delivery, Verification
+from bot.web.app import create_app
 from tests import appkit
 from tests.standin import GitHubStandIn, example
 
@@ -39,8 +40,11 @@ def deliver(
     return client.post("/webhooks/github", data=body, headers=headers).status_code
 
 
+METRICS = "http://localhost:9100"  # the metrics listener (METRICS_PORT's default)
+
+
 def scrape(client: FlaskClient) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    resp = client.get("/metrics")
+    resp = client.get("/metrics", base_url=METRICS)
     assert resp.status_code == 200
     assert resp.headers["Content-Type"].startswith("text/plain")
     samples = {}
@@ -273,7 +277,7 @@ def test_metrics_after_real_deliveries(
 
 def test_metrics_text_names_every_family(client: FlaskClient) -> None:
     assert deliver(client, "ping", example("ping"), "t-1") == 200
-    text = client.get("/metrics").get_data(as_text=True)
+    text = client.get("/metrics", base_url=METRICS).get_data(as_text=True)
     for name in (
         "# TYPE rsi_webhook_deliveries_total counter",
         "# TYPE rsi_jobs_total counter",
@@ -284,7 +288,9 @@ def test_metrics_text_names_every_family(client: FlaskClient) -> None:
         "process_resident_memory_bytes",
     ):
         assert name in text, name
-    openmetrics = client.get("/metrics", headers={"Accept": "application/openmetrics-text"})
+    openmetrics = client.get(
+        "/metrics", base_url=METRICS, headers={"Accept": "application/openmetrics-text"}
+    )
     assert openmetrics.headers["Content-Type"].startswith("application/openmetrics-text")
     assert openmetrics.get_data(as_text=True).rstrip().endswith("# EOF")
 
@@ -303,6 +309,33 @@ def test_failed_jobs_are_counted(
     for outcome in ("error", "retry"):
         got = value(after, jobs, task="process_delivery", outcome=outcome)
         assert got - value(before, jobs, task="process_delivery", outcome=outcome) == 1
+
+
+def test_metrics_are_not_on_the_public_listener(
+    tmp_path: Path, client: FlaskClient, github: GitHubStandIn
+) -> None:
+    # The public port (here 80, 443 and 8000) answers 404; the metrics port answers.
+    for public in ("http://localhost", "https://rsi.example.com", "http://localhost:8000"):
+        resp = client.get("/metrics", base_url=public)
+        assert resp.status_code == 404, public
+        assert b"rsi_" not in resp.get_data()
+    # A Host header naming the metrics port does not make a public request one.
+    resp = client.get("/metrics", headers={"Host": "localhost:9100"})
+    assert resp.status_code == 404
+    assert client.get("/metrics", base_url=METRICS).status_code == 200
+
+    # Another port, or none at all, as configured.
+    def app_with(**overrides: Any) -> FlaskClient:
+        settings = appkit.settings(tmp_path, github.url, **overrides)
+        return create_app(svc=services.build(settings, immediate=True)).test_client()
+
+    other = app_with(METRICS_PORT=9464)
+    assert other.get("/metrics", base_url=METRICS).status_code == 404
+    assert other.get("/metrics", base_url="http://localhost:9464").status_code == 200
+    assert app_with(METRICS_PORT=0).get("/metrics", base_url=METRICS).status_code == 404
+    # Only when asked for, on the public listener too.
+    opened = app_with(METRICS_PUBLIC=True)
+    assert opened.get("/metrics", base_url="https://rsi.example.com").status_code == 200
 
 
 def test_worker_serves_its_own_metrics(app: Flask) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -33,6 +34,7 @@ def env(tmp_path: Path, **extra: str) -> dict[str, str]:
             "QUEUE_PATH": str(tmp_path / "state" / "queue.db"),
             "ARTIFACT_STORE": str(tmp_path / "artifacts"),
             "LOG_LEVEL": "DEBUG",
+            "METRICS_PORT": str(free_port()),
         }
     )
     base.update(extra)
@@ -108,32 +110,30 @@ def test_database_url_forms() -> None:
     assert normalize_url("sqlite:////var/lib/rsi.db") == "sqlite:////var/lib/rsi.db"
 
 
-def test_serve_runs_web_and_worker_in_one_process(tmp_path: Path) -> None:
+def test_serve_runs_web_and_worker(tmp_path: Path) -> None:
+    """`rsi-bot serve`: gunicorn (no development server), the queue worker beside it, and
+    `/metrics` on its own port only."""
     from bot.signatures import sign
     from tests.standin import example
 
     port = free_port()
+    e = env(tmp_path)
+    metrics = f"http://127.0.0.1:{e['METRICS_PORT']}/metrics"
     log = tmp_path / "serve.log"
     with log.open("w") as out:
         proc = subprocess.Popen(
             [RSI, "serve", "--port", str(port)],
-            env=env(tmp_path),
+            env=e,
             cwd=tmp_path,
             stdout=out,
             stderr=subprocess.STDOUT,
         )
     try:
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if requests.get(f"{base}/healthz", timeout=1).status_code == 200:
-                    break
-            except requests.ConnectionError:
-                pass
-            assert proc.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.2)
+        wait_healthy(proc, port, log)
+        server = requests.get(f"{base}/healthz", timeout=5).headers.get("Server", "")
+        assert server == "gunicorn", server  # not Werkzeug's development server
+        assert requests.get(f"{base}/metrics", timeout=5).status_code == 404
         body = requests.compat.json.dumps(example("installation", "created")).encode()
         headers = {
             "X-GitHub-Event": "installation",
@@ -163,14 +163,140 @@ def test_serve_runs_web_and_worker_in_one_process(tmp_path: Path) -> None:
                 break
             assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.2)
+        scraped = requests.get(metrics, timeout=5).text
+        assert 'rsi_webhook_deliveries_total{event="installation",outcome="accepted"}' in scraped
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
+    assert proc.returncode == 0, log.read_text()
     text = log.read_text()
     for secret in (appkit.WEBHOOK_SECRET, appkit.INTAKE_SECRET, "BEGIN PRIVATE KEY"):
         assert secret not in text
     assert "serve-1" in text  # logs carry the delivery id
+
+
+# --- slow clients ---------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+SLOW_CLIENTS = 2000
+ATTACK_S = 20.0
+CUT_OFF_S = 16.0  # headers within 5 s (keepalive), the body within 10 s more
+
+
+def start_web(tmp_path: Path, how: str, port: int, log: Path) -> subprocess.Popen[bytes]:
+    """The web process as a deployment starts it: `rsi-bot serve`, or the Procfile's
+    `web:` (gunicorn with bot.gunicorn_conf, on PORT); the code of this checkout."""
+    e = env(tmp_path, PYTHONPATH=str(ROOT), PORT=str(port), METRICS_PORT=str(free_port()))
+    cli = [sys.executable, "-c", "from bot.cli import main; main()"]
+    if how == "serve":
+        cmd = [*cli, "serve", "--port", str(port)]
+    else:
+        subprocess.run([*cli, "db", "upgrade"], env=e, cwd=tmp_path, check=True)
+        web = (ROOT / "Procfile").read_text().split("web:", 1)[1].splitlines()[0]
+        assert web.strip() == "gunicorn -c python:bot.gunicorn_conf 'bot.web.app:create_app()'"
+        cmd = [sys.executable, "-m", "gunicorn", "-c", "python:bot.gunicorn_conf"]
+        cmd += ["bot.web.app:create_app()"]
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, env=e, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_healthy(proc, port, log)
+    except BaseException:
+        stop(proc)
+        raise
+    return proc
+
+
+def wait_healthy(proc: subprocess.Popen[bytes], port: int, log: Path) -> None:
+    deadline = time.monotonic() + 60  # two web workers and a queue worker start at once
+    while True:
+        try:
+            if requests.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200:
+                return
+        except requests.RequestException:
+            pass
+        assert proc.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.2)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def signed_webhook(port: int, delivery: str) -> tuple[int, float]:
+    """POST a signed `installation` delivery; (status, seconds) — 0 when it timed out."""
+    from bot.signatures import sign
+    from tests.standin import example
+
+    body = json.dumps(example("installation", "created")).encode()
+    headers = {
+        "X-GitHub-Event": "installation",
+        "X-GitHub-Delivery": delivery,
+        "Content-Type": "application/json",
+        "X-Hub-Signature-256": sign(body, appkit.WEBHOOK_SECRET),
+    }
+    t0 = time.perf_counter()
+    try:
+        status = requests.post(
+            f"http://127.0.0.1:{port}/webhooks/github", data=body, headers=headers, timeout=15
+        ).status_code
+    except requests.RequestException:
+        status = 0
+    return status, time.perf_counter() - t0
+
+
+@pytest.mark.parametrize("how", ["serve", "procfile"])
+def test_slow_clients_do_not_delay_a_webhook(tmp_path: Path, how: str) -> None:
+    """2,000 connections that send their headers a byte a second, or nothing, and come back
+    whenever the server drops them: a signed webhook is still answered within a second
+    throughout, and the server cuts every slow client off."""
+    port = free_port()
+    log = tmp_path / "web.log"
+    web = start_web(tmp_path, how, port, log)
+    attack = subprocess.Popen(
+        [sys.executable, "-m", "tests.slowloris", str(port), str(SLOW_CLIENTS), str(ATTACK_S)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    timings: list[tuple[int, float]] = []
+    when: list[float] = []
+    try:
+        assert attack.stdout is not None
+        assert attack.stdout.readline().strip() == "ready"
+        started = time.monotonic()
+        time.sleep(1.0)  # every slow client is connected and waiting
+        i = 0
+        while time.monotonic() - started < ATTACK_S - 1.5:
+            i += 1
+            when.append(time.monotonic() - started)
+            timings.append(signed_webhook(port, f"slow-{how}-{i}"))
+            time.sleep(0.25)
+        out, _ = attack.communicate(timeout=ATTACK_S + 30)
+    finally:
+        if attack.poll() is None:
+            attack.kill()
+            attack.wait()
+        if attack.stdout is not None:
+            attack.stdout.close()
+        stop(web)
+    stats = json.loads(out.strip().splitlines()[-1])
+    worst = max(t for _, t in timings)
+    slowest = sorted(zip((t for _, t in timings), when, strict=True), reverse=True)[:5]
+    print(
+        f"{how}: {len(timings)} webhooks, worst {worst:.3f} s; slow clients {stats['opened']};"
+        f" slowest (s, at s): {[(round(t, 3), round(at, 1)) for t, at in slowest]}"
+    )
+    assert stats["connect_failed"] == 0, stats
+    assert [s for s, _ in timings] == [202] * len(timings), (timings, log.read_text()[-3000:])
+    assert worst < 1.0, slowest
+    # Read timeouts: each of the first 2,000 was cut off, none later than CUT_OFF_S.
+    closed = stats["closed"]
+    summary = {k: (len(v), max(v, default=None)) for k, v in closed.items()}
+    for lives in closed.values():
+        assert len(lives) >= SLOW_CLIENTS // 3, summary
+        assert max(lives) <= CUT_OFF_S, summary

@@ -9,16 +9,20 @@
   `send_default_pii=False` and a `before_send` that scrubs the App's secrets, credential
   headers, GitHub tokens, private keys, report tokens and request bodies (`Scrubber`).
 * **Metrics.** `GET /metrics` answers Prometheus' text format (or OpenMetrics, as the
-  scraper asks) from a dedicated `CollectorRegistry` (`metrics_registry`): counters of
+  scraper asks) on a listener of its own — `METRICS_HOST:METRICS_PORT`, 127.0.0.1:9100 by
+  default, which the web process binds beside its public port; the public one answers
+  404 unless `METRICS_PUBLIC` is set — from a dedicated `CollectorRegistry`
+  (`metrics_registry`): counters of
   webhook deliveries, queue jobs and GitHub requests, plus gauges read on each scrape —
   verifications by state from the database, and GitHub's rate limit as PyGithub last
   saw it in a response (no API call per scrape).
 
 Metrics and processes: counters live in the memory of the process that counts them. Each
-gunicorn worker answers `/metrics` with its own counters (so a scrape through a load
-balancer sees one worker's share; scrape each instance, or sum over instances), and the
-queue worker's job and GitHub counters are served by `rsi-bot worker --metrics-port N`.
-`rsi-bot serve` runs web and worker in one process, so its `/metrics` has everything.
+gunicorn worker answers `/metrics` with its own counters (so with several workers a scrape
+sees one worker's share; scrape each instance, or sum over instances), and the queue
+worker's job and GitHub counters are served by `rsi-bot worker --metrics-port N`.
+`rsi-bot serve` runs one web worker, its `/metrics` on `METRICS_PORT`, and its queue
+worker's on the next port.
 The verification gauge is read from the database on every scrape, so it is the same,
 and correct, whichever process answers.
 """

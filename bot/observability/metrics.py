@@ -1,7 +1,9 @@
 """Prometheus metrics: counters of webhook deliveries, queue jobs, GitHub requests and
 ended verifications, plus gauges read on each scrape (verifications by state from the
 database, GitHub's rate limit as PyGithub last saw it). `/metrics` is served from a
-dedicated registry (`metrics_registry`)."""
+dedicated registry (`metrics_registry`), on a listener of its own: the web process binds
+`METRICS_HOST:METRICS_PORT` beside the public port (`bot.gunicorn_conf`) and answers
+`/metrics` there alone, unless `METRICS_PUBLIC` is set."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from flask import Blueprint, Flask, Response, current_app, request
+from flask import Blueprint, Flask, Response, abort, current_app, request
 from prometheus_client import CollectorRegistry, Counter, ProcessCollector
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
@@ -209,6 +211,8 @@ bp = Blueprint("observability", __name__)
 
 @bp.get("/metrics")
 def metrics() -> Response:
+    if not _metrics_listener():
+        abort(404)
     registry: CollectorRegistry = current_app.extensions["rsi_metrics"]
     encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
     return Response(encoder(registry), headers={"Content-Type": content_type})
@@ -219,13 +223,24 @@ def _unbind(exc: BaseException | None) -> None:
     bind_delivery(None)
 
 
+def _metrics_listener() -> bool:
+    """Whether this request came in on the metrics listener (the port gunicorn accepted
+    it on, not a header), or METRICS_PUBLIC opens `/metrics` on every listener."""
+    settings = current_app.extensions["rsi"].settings
+    if settings.METRICS_PUBLIC:
+        return True
+    port = settings.METRICS_PORT
+    return bool(port) and request.environ.get("SERVER_PORT") == str(port)
+
+
 def init_app(app: Flask, rt: Services) -> None:
-    """`/metrics` and the per-request delivery binding for the App's Flask app."""
+    """`/metrics` (on the metrics listener only, `_metrics_listener`) and the per-request
+    delivery binding for the App's Flask app."""
     app.extensions["rsi_metrics"] = metrics_registry(rt)
     app.register_blueprint(bp)
 
 
-def serve_metrics(rt: Services, port: int, host: str = "0.0.0.0") -> Callable[[], None]:
+def serve_metrics(rt: Services, port: int, host: str = "127.0.0.1") -> Callable[[], None]:
     """Serve `/metrics` on its own port (the queue worker has no web server); returns a
     function that stops it."""
     from prometheus_client import start_http_server
