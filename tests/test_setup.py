@@ -6,13 +6,20 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import re
+import signal
+import socket
 import stat
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+import requests
 import yaml
 from click.testing import CliRunner
 from dotenv import dotenv_values
@@ -316,3 +323,105 @@ def test_merge_env_replaces_only_its_keys(tmp_path: Path) -> None:
     fresh = tmp_path / "new" / ".env"
     merge_env(fresh, {"APP_ID": "1"}, comment="made here")
     assert fresh.read_text() == "# made here\nAPP_ID=1\n"
+
+
+def test_the_state_is_bound_to_the_browser_that_started(
+    tmp_path: Path, github: GitHubStandIn
+) -> None:
+    """Someone who starts setup and creates their own App cannot have another browser
+    (the operator's, through a link) complete it: no cookie, or another browser's, is a
+    400 that stores nothing and leaves the state to its own browser."""
+    env_file = tmp_path / ".env"
+    app = create_setup_app(setup_settings(github, env_file))
+    theirs, operator = app.test_client(), app.test_client()
+    _, state, manifest = start(theirs)
+    code = github.create_app_from_manifest(manifest)
+
+    # The operator's browser follows their link: it never opened /setup ...
+    status, page = complete(operator, code, state)
+    assert status == 400
+    assert "started in another browser" in page
+    assert "nothing was stored" in page
+    # ... or it did, and holds a cookie of its own.
+    start(operator)
+    status, page = complete(operator, code, state)
+    assert status == 400
+    assert "started in another browser" in page
+    # A forged cookie does not pass either.
+    forged = app.test_client()
+    forged.set_cookie("rsi_setup", "x" * 43, path="/setup")
+    assert complete(forged, code, state)[0] == 400
+    assert github.count("POST", r"^/app-manifests/") == 0
+    assert not env_file.exists()
+
+    # The browser that started it finishes it, once.
+    status, page = complete(theirs, code, state)
+    assert status == 200, page
+    assert env_file.exists()
+    assert complete(theirs, code, state)[0] == 403
+
+
+def test_the_setup_cookie(tmp_path: Path, github: GitHubStandIn) -> None:
+    client = setup_client(github, tmp_path / ".env")
+    resp = client.get("/setup")
+    cookie = resp.headers["Set-Cookie"]
+    assert cookie.startswith("rsi_setup=")
+    attributes = {a.strip().split("=")[0].lower() for a in cookie.split(";")[1:]}
+    assert {"httponly", "secure", "samesite", "path", "max-age"} <= attributes
+    assert "SameSite=Lax" in cookie
+    assert "Path=/setup" in cookie
+    # The same browser keeps its name across visits (two tabs, two states, both its own).
+    browser = cookie.split(";")[0].split("=", 1)[1]
+    assert client.get("/setup").headers["Set-Cookie"].startswith(f"rsi_setup={browser};")
+    # A name this server did not give is replaced.
+    other = setup_client(github, tmp_path / ".env")
+    other.set_cookie("rsi_setup", "chosen-by-someone", path="/setup")
+    assert "chosen-by-someone" not in other.get("/setup").headers["Set-Cookie"]
+    # Not Secure on a plain-HTTP PUBLIC_URL (a local test), or the browser would drop it.
+    plain = setup_client(github, tmp_path / ".env", PUBLIC_URL="http://localhost:8000")
+    assert "Secure" not in plain.get("/setup").headers["Set-Cookie"]
+
+
+def test_setup_is_served_by_gunicorn(tmp_path: Path) -> None:
+    """`rsi-bot setup` is not Werkzeug's development server."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
+    env.update(PUBLIC_URL=f"http://127.0.0.1:{port}", PYTHONPATH=str(APP_YML.parent))
+    log = tmp_path / "setup.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "from bot.cli import main; main()",
+                "setup",
+                "--port",
+                str(port),
+            ],
+            env=env,
+            cwd=tmp_path,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                resp = requests.get(f"http://127.0.0.1:{port}/setup", timeout=5)
+                break
+            except requests.RequestException:
+                assert proc.poll() is None, log.read_text()
+                assert time.monotonic() < deadline, log.read_text()
+                time.sleep(0.2)
+        assert resp.status_code == 200
+        assert resp.headers["Server"] == "gunicorn"
+        assert "rsi_setup=" in resp.headers["Set-Cookie"]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

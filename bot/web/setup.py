@@ -7,9 +7,14 @@ The App cannot boot without its identity, so setup is its own small Flask app
    `url = PUBLIC_URL`, `hook_attributes.url = PUBLIC_URL/webhooks/github` and
    `redirect_url = PUBLIC_URL/setup/complete` — to GitHub's
    `/settings/apps/new?state=…` (or the organisation's), with a fresh random `state`
-   kept server-side (single use, one hour).
+   kept server-side (single use, one hour) and bound to this browser: the page sets the
+   `rsi_setup` cookie (HttpOnly, SameSite=Lax, Secure when PUBLIC_URL is https) naming
+   the browser, and the state is kept with that name.
 2. GitHub creates the App and sends the browser to
-   `PUBLIC_URL/setup/complete?code=…&state=…`; the state must be one this server issued.
+   `PUBLIC_URL/setup/complete?code=…&state=…`; the state must be one this server issued,
+   to the browser that comes back with it (its cookie): an answer brought by another
+   browser — a link someone else made with their own App — is refused (400) and nothing
+   is stored.
    The code is exchanged once at `POST /app-manifests/{code}/conversions` (no credentials
    needed), and the App's id, private key and webhook secret, plus a new intake secret,
    are merged into `RSI_ENV_FILE` (default `.env`), mode 0600. The page never shows them.
@@ -21,6 +26,7 @@ while it runs could create the App, so run it only until it is done.
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import os
@@ -49,6 +55,7 @@ log = logging.getLogger(__name__)
 MANIFEST = Path(__file__).resolve().parents[2] / "app.yml"
 STATE_TTL_S = 3600  # GitHub's manifest codes last an hour too
 MAX_PENDING = 100  # states kept at once (each GET /setup makes one)
+COOKIE = "rsi_setup"  # names the browser a state was issued to
 ENV_KEYS = ("APP_ID", "PRIVATE_KEY", "WEBHOOK_SECRET", "RSI_INTAKE_SECRET")
 _ORG = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})$")
 _CODE = re.compile(r"^[A-Za-z0-9_-]{1,200}$")
@@ -128,29 +135,42 @@ def form_action(settings: SetupSettings, state: str, org: str | None) -> str:
 
 
 class _States:
-    """Server-side, single-use states (the browser may come back on another host name
-    than the one it started on, so a cookie would not do)."""
+    """Server-side, single-use states, each bound to the browser it was issued to (the
+    random name in that browser's `rsi_setup` cookie)."""
 
     def __init__(self) -> None:
-        self._pending: OrderedDict[str, float] = OrderedDict()
+        self._pending: OrderedDict[str, tuple[float, str]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def issue(self) -> str:
+    def issue(self, browser: str) -> str:
         state = secrets.token_urlsafe(32)
         now = time.monotonic()
         with self._lock:
-            for old, at in list(self._pending.items()):
+            for old, (at, _) in list(self._pending.items()):
                 if now - at > STATE_TTL_S:
                     del self._pending[old]
             while len(self._pending) >= MAX_PENDING:
                 self._pending.popitem(last=False)
-            self._pending[state] = now
+            self._pending[state] = (now, browser)
         return state
 
-    def take(self, state: str) -> bool:
+    def knows(self, browser: str) -> bool:
+        """Whether some pending state was issued to this browser name."""
         with self._lock:
-            at = self._pending.pop(state, None)
-        return at is not None and time.monotonic() - at <= STATE_TTL_S
+            return any(hmac.compare_digest(b, browser) for _, b in self._pending.values())
+
+    def take(self, state: str, browser: str) -> str:
+        """ "ok" (and the state is spent), "unknown" (never issued here, spent or over an
+        hour old) or "elsewhere" (issued to another browser; it stays pending)."""
+        with self._lock:
+            pending = self._pending.get(state)
+            if pending is None or time.monotonic() - pending[0] > STATE_TTL_S:
+                self._pending.pop(state, None)
+                return "unknown"
+            if not browser or not hmac.compare_digest(pending[1], browser):
+                return "elsewhere"
+            del self._pending[state]
+            return "ok"
 
 
 # --- writing the env file -----------------------------------------------------------------
@@ -286,18 +306,31 @@ def _start_page(error: str | None = None, status: int = 200) -> tuple[Response, 
         return _page("setup.html.j2", 400, configured=False, error="Not an organisation name.")
     states: _States = current_app.extensions["rsi_setup_states"]
     doc = current_app.extensions["rsi_setup_manifest"]
-    return _page(
+    browser = request.cookies.get(COOKIE, "")
+    if not browser or not states.knows(browser):
+        browser = secrets.token_urlsafe(32)
+    resp, status = _page(
         "setup.html.j2",
         status,
         configured=False,
         error=error,
-        action=form_action(settings, states.issue(), org),
+        action=form_action(settings, states.issue(browser), org),
         manifest=json.dumps(doc, separators=(",", ":")),
         app=doc,
         org=org,
         public_url=settings.public_url,
         web_url=settings.web_url,
     )
+    resp.set_cookie(
+        COOKIE,
+        browser,
+        max_age=STATE_TTL_S,
+        path="/setup",
+        secure=settings.public_url.startswith("https://"),
+        httponly=True,
+        samesite="Lax",  # sent on GitHub's redirect back, a top-level GET
+    )
+    return resp, status
 
 
 def _configured() -> tuple[Response, int] | None:
@@ -322,7 +355,19 @@ def complete() -> tuple[Response, int]:
     settings: SetupSettings = current_app.extensions["rsi_setup"]
     states: _States = current_app.extensions["rsi_setup_states"]
     code, state = request.args.get("code", ""), request.args.get("state", "")
-    if not state or not states.take(state):
+    taken = states.take(state, request.cookies.get(COOKIE, "")) if state else "unknown"
+    if taken == "elsewhere":
+        log.warning("setup: an answer from GitHub came from a browser that did not start it")
+        return _page(
+            "setup.html.j2",
+            400,
+            configured=False,
+            error="This answer from GitHub belongs to a setup started in another browser, "
+            "so it was not used and nothing was stored. Whoever started that setup must "
+            f"finish it in the browser they started it in; to create the App yourself, "
+            f"open {settings.public_url}/setup in this browser.",
+        )
+    if taken != "ok":
         return _start_page(
             "This answer from GitHub does not match a setup started here (or it is over an "
             "hour old). Start again.",
@@ -348,7 +393,7 @@ def complete() -> tuple[Response, int]:
     html_url = str(app["html_url"])
     if not html_url.startswith(("https://", "http://")):
         html_url = f"{settings.web_url}/apps/{quote(str(app.get('slug') or ''))}"
-    return _page(
+    resp, status = _page(
         "setup_done.html.j2",
         app_id=app["id"],
         name=app.get("name") or app.get("slug") or "the App",
@@ -358,6 +403,8 @@ def complete() -> tuple[Response, int]:
         webhook_secret_missing=not webhook_secret,
         public_url=settings.public_url,
     )
+    resp.delete_cookie(COOKIE, path="/setup")
+    return resp, status
 
 
 def create_setup_app(
