@@ -1,7 +1,9 @@
 """`/rsi` commands in PR comments, parsed: pure, so every form is a unit test.
 
 A command is a line of its own starting with `/rsi`, outside fenced or indented code
-blocks and quotes (a quoted or pasted command is not a request).
+blocks, `<pre>` blocks, HTML comments and quotes, a quote's lazy continuation lines
+included (a quoted, pasted or hidden command is not a request: only what reads as a
+command on GitHub is one).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from dataclasses import dataclass, field
 NAMES = ("reverify", "status", "cancel", "help")
 _LINE = re.compile(r"^/rsi(?:\s+(.*))?$")
 _GPU = re.compile(r"^h\d{3}$")
+_SHA = re.compile(r"^[0-9a-f]{7,40}$")
+_FENCE = re.compile(r"^(`{3,}|~{3,})")
 
 
 @dataclass
@@ -22,21 +26,48 @@ class Command:
     rounds: int | None = None
     base_main: bool = False
     errors: list[str] = field(default_factory=list)
+    sha: str | None = None  # `/rsi reverify <sha>`: exactly this commit (a prefix of it)
 
 
 def _command_line(text: str) -> str | None:
-    fence: str | None = None
+    fence: str | None = None  # the open fence's characters (closed by as many or more)
+    hidden: str | None = None  # the end of an open HTML comment or <pre> block
+    quoted = False  # the previous line was in a quote: a lazy continuation stays in it
     for raw in text.splitlines():
         line = raw.strip()
-        m = re.match(r"^(`{3,}|~{3,})", line)
-        if m:
-            if fence is None:
-                fence = m.group(1)[0] * len(m.group(1))
-            elif line.startswith(fence):
+        if fence is not None:
+            # A closing fence is the fence character alone, at least as long (no info).
+            if re.fullmatch(rf"{re.escape(fence[0])}{{{len(fence)},}}", line):
                 fence = None
             continue
-        # Inside a fence, a quote, or an indented code block: shown, not asked.
-        if fence is not None or line.startswith(">") or raw.startswith(("    ", "\t")):
+        if hidden is not None:
+            if hidden in line.lower():
+                hidden = None
+            continue
+        m = _FENCE.match(line)
+        if m:
+            fence, quoted = m.group(1), False
+            continue
+        low = line.lower()
+        if low.startswith("<pre"):
+            hidden = None if "</pre>" in low else "</pre>"
+            quoted = False
+            continue
+        if not line:
+            quoted = False
+            continue
+        # An HTML comment opened on this line hides the lines after it (and all of this
+        # one when it starts it).
+        opens = low.find("<!--")
+        if opens >= 0 and "-->" not in low[opens + 4 :]:
+            hidden = "-->"
+        if opens == 0:
+            continue
+        # In a quote (or its lazy continuation) or an indented code block: shown, not asked.
+        if line.startswith(">") or quoted:
+            quoted = True
+            continue
+        if raw.startswith(("    ", "\t")):
             continue
         if _LINE.match(line):
             return line
@@ -59,7 +90,9 @@ def parse(text: str) -> Command | None:
     cmd = Command(name)
     for arg in args if name == "reverify" else []:
         low = arg.lower()
-        if _GPU.match(low):
+        if _SHA.match(low) and cmd.sha is None:
+            cmd.sha = low
+        elif _GPU.match(low):
             cmd.gpus, cmd.all_gpus = [*(cmd.gpus or []), low.upper()], False
         elif low == "all":
             cmd.gpus, cmd.all_gpus = None, True

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
+from bot.approvals import Outsider
 from bot.models import Verification
 from bot.repo_config import ConfigResult, render_error
 from bot.verification.machine import JobState, State
@@ -241,8 +243,20 @@ def notify(v: Verification, user: str, url: str) -> str:
 # ----------------------------------------------------------------------- commands
 
 
-def approval_needed(sender: str, sha: str) -> str:
-    return _say("approval_needed", sender, sha)
+def approval_needed(sender: str, sha: str, outsiders: Sequence[Outsider] = ()) -> str:
+    return _say("approval_needed", sender, sha, list(outsiders))
+
+
+def approval_refused(user: str, sha: str) -> str:
+    return _say("approval_refused", user, sha)
+
+
+def reverify_moved(user: str, seen: str, head: str, named: bool = False) -> str:
+    return _say("reverify_moved", user, seen, head, named)
+
+
+def reverify_which(user: str, given: str | None, head: str) -> str:
+    return _say("reverify_which", user, given, head)
 
 
 def refusal(user: str, repo: str) -> str:

@@ -189,6 +189,46 @@ class Approval(Base):
     approved_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
 
 
+class PullHead(Base):
+    """A head SHA a tracked PR had, from the moment the App learnt of it (the delivery of
+    the push that made it, or the App's own read): what a maintainer saw when writing a
+    comment is the newest head known before it. One row per delivery, so a head pushed
+    again (A, B, A) is dated again."""
+
+    __tablename__ = "pull_heads"
+    __table_args__ = (
+        Index("ix_pull_heads_pr", "repo", "pr_number", "seen_at"),
+        UniqueConstraint("repo", "pr_number", "sha", "delivery_id"),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    repo: Mapped[str] = mapped_column(String(200))
+    pr_number: Mapped[int] = mapped_column(Integer)
+    sha: Mapped[str] = mapped_column(String(64))
+    # The delivery that told (or `read:<time>` for the App's own reads of the PR).
+    delivery_id: Mapped[str] = mapped_column(String(100))
+    seen_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+class PullCommand(Base):
+    """A `/rsi` command taken from a PR comment: each comment acts once (a replay with a
+    new delivery id finds its row); a refusal is dated, so a user is told once an hour."""
+
+    __tablename__ = "pull_commands"
+    __table_args__ = (
+        UniqueConstraint("repo", "comment_id"),
+        Index("ix_pull_commands_user", "repo", "pr_number", "login", "at"),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    repo: Mapped[str] = mapped_column(String(200))
+    pr_number: Mapped[int] = mapped_column(Integer)
+    comment_id: Mapped[int] = mapped_column(BigInteger)
+    delivery_id: Mapped[str] = mapped_column(String(100))
+    login: Mapped[str] = mapped_column(String(100))
+    # Set when the App refused the user: their permission then (never a writer's level).
+    refused: Mapped[str | None] = mapped_column(String(20))
+    at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
 class BaselineMeasurement(Base):
     """Every measurement of `main` (the base side), the history the engine compares to."""
 

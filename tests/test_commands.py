@@ -27,6 +27,11 @@ from bot.commands import Command, parse
         ("  /rsi status  ", Command("status")),  # up to 3 spaces is still a paragraph
         ("Thanks!\n\n/rsi status\n", Command("status")),
         ("/rsi status extra words are ignored", Command("status")),
+        ("/rsi reverify 0123abc h200", Command("reverify", gpus=["H200"], sha="0123abc")),
+        ("/rsi reverify " + "AB" * 20, Command("reverify", sha="ab" * 20)),
+        ("> quoted\n\n/rsi status", Command("status")),  # a blank line ends the quote
+        ("<!-- a note -->\n/rsi cancel", Command("cancel")),
+        ("```sh\nlog\n```\n/rsi cancel", Command("cancel")),
     ],
 )
 def test_commands(text: str, want: Command) -> None:
@@ -42,6 +47,7 @@ def test_commands(text: str, want: Command) -> None:
         ("/rsi reverify rounds=-1", "`rounds=-1`: rounds must be a whole number"),
         ("/rsi reverify rounds=99999", "`rounds=99999`: rounds must be a whole number"),
         ("/rsi reverify " + "x" * 500, "unknown argument `" + "x" * 40 + "`"),
+        ("/rsi reverify abc12", "unknown argument `abc12`"),  # too short to name a commit
     ],
 )
 def test_mistakes_are_named(text: str, error: str) -> None:
@@ -62,6 +68,14 @@ def test_mistakes_are_named(text: str, error: str) -> None:
         "```\n/rsi reverify\n```",  # in a code block
         "~~~sh\n/rsi cancel\n~~~",
         "````\n```\n/rsi reverify\n```\n````",  # a fence inside a longer fence
+        "```\n```sh\n/rsi reverify\n```",  # a fence with an info string closes nothing
+        "~~~\n~~\n/rsi reverify",  # nor does a shorter one (unclosed: code to the end)
+        "> Could you\n/rsi reverify",  # a quote's lazy continuation is still the quote
+        ">> /rsi reverify",
+        "   > /rsi reverify",
+        "<!--\n/rsi reverify\n-->",  # hidden: not what the comment shows
+        "Thanks <!-- later:\n/rsi reverify\n-->",
+        "<pre>\n/rsi reverify\n</pre>",
         "/rsirevert",
         "/rs reverify",
     ],

@@ -4,6 +4,8 @@ publishes no example of the case, e.g. an `issue_comment` on a PR)."""
 from __future__ import annotations
 
 import copy
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +29,23 @@ def _repo(payload: dict[str, Any]) -> dict[str, Any]:
     return payload
 
 
-def push(github: GitHubStandIn, number: int, sha: str, sender: str) -> dict[str, Any]:
+def push(
+    github: GitHubStandIn, number: int, sha: str, sender: str, author: str | None = None
+) -> dict[str, Any]:
+    """`sender` pushes one commit `sha` (written by `author`, the sender by default) onto
+    the PR's head: GitHub's compare of the old head and the new one lists it."""
+    before = github.repo(appkit.FORK).branches[appkit.HEAD_REF]
+    if before != sha:
+        github.set_compare(
+            appkit.UPSTREAM, before, sha, commits=[sha], authors={sha: author or sender}
+        )
     github.add_branch(appkit.FORK, appkit.HEAD_REF, sha)
     p = _repo(copy.deepcopy(example("pull_request", "synchronize")))
     p["number"] = number
+    p["before"], p["after"] = before, sha
     p["pull_request"]["number"] = number
     p["pull_request"]["head"]["sha"] = sha
+    p["pull_request"]["updated_at"] = _iso(datetime.now(UTC))
     p["pull_request"]["base"]["ref"] = "main"
     p["sender"]["login"] = sender
     p["sender"]["type"] = "User"
@@ -46,16 +59,30 @@ def review(number: int, state: str) -> dict[str, Any]:
     return p
 
 
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def command(
     github: GitHubStandIn, number: int, body: str, user: str, user_type: str = "User"
 ) -> dict[str, Any]:
+    """`user` comments `body` now. GitHub dates a comment to the second: the comment is
+    written at the next whole second, after everything the test did before it."""
+    now = datetime.now(UTC)
+    time.sleep(1 - now.microsecond / 1e6)
     [cid] = github.add_comments(
         appkit.UPSTREAM, number, 1, body=body, user=user, user_type=user_type
     )
+    [written] = [c for c in github.comments_on(appkit.UPSTREAM, number) if c.id == cid]
     p = _repo(copy.deepcopy(example("issue_comment", "created")))
     p["issue"]["number"] = number
     p["issue"]["pull_request"] = {"url": f"{github.url}/repos/{appkit.UPSTREAM}/pulls/{number}"}
-    p["comment"].update(id=cid, body=body)
+    p["comment"].update(
+        id=cid,
+        body=body,
+        created_at=_iso(written.created_at),
+        updated_at=_iso(written.updated_at),
+    )
     p["comment"]["user"].update(login=user, type=user_type)
     p["sender"].update(login=user, type=user_type)
     return p

@@ -63,6 +63,46 @@ class Pull:
 
 
 @dataclass(frozen=True)
+class CommitPeople:
+    """Who wrote and who committed a commit: GitHub logins, or None where GitHub links
+    the commit's e-mail to no account (then `*_name` is all there is)."""
+
+    sha: str
+    author: str | None
+    author_name: str
+    committer: str | None
+    committer_name: str
+
+
+@dataclass(frozen=True)
+class Commits:
+    """The commits `head` has and `base` lacks, oldest first; `total` counts them all,
+    `listed` may stop short of it (one page)."""
+
+    listed: list[CommitPeople]
+    total: int
+
+    @property
+    def complete(self) -> bool:
+        return len(self.listed) >= self.total
+
+
+def _people(c: dict[str, Any]) -> CommitPeople:
+    git = c.get("commit") or {}
+
+    def login(user: Any) -> str | None:
+        return str(user["login"]) if isinstance(user, dict) and user.get("login") else None
+
+    return CommitPeople(
+        sha=str(c.get("sha") or ""),
+        author=login(c.get("author")),
+        author_name=str((git.get("author") or {}).get("name") or ""),
+        committer=login(c.get("committer")),
+        committer_name=str((git.get("committer") or {}).get("name") or ""),
+    )
+
+
+@dataclass(frozen=True)
 class Run:
     id: int
     title: str
@@ -101,6 +141,7 @@ class GitHub:
     def __init__(self, app: GitHubApp) -> None:
         self.app = app
         self._pulls: dict[tuple[str, int], tuple[float, Pull]] = {}
+        self._permissions: dict[tuple[str, str], tuple[float, str]] = {}
 
     # ------------------------------------------------------------------ plumbing
 
@@ -159,16 +200,34 @@ class GitHub:
             )
         return list(found.entries)
 
-    def permission(self, repo: str, user: str) -> str:
-        """`admin`, `maintain`, `write`, `triage`, `read` or `none`."""
+    def new_commits(self, repo: str, base: str, head: str, limit: int = 100) -> Commits:
+        """The commits `head` has and `base` lacks (GitHub's three-dot compare, one
+        request: the first `limit` of them, oldest first, and how many there are)."""
+        per_page = max(1, min(limit, 100))
+        _, data = self.request(
+            repo, "GET", f"/repos/{repo}/compare/{base}...{head}?per_page={per_page}&page=1"
+        )
+        listed = [_people(c) for c in data.get("commits") or [] if isinstance(c, dict)]
+        total = int(data.get("total_commits") or data.get("ahead_by") or len(listed))
+        return Commits(listed=listed, total=max(total, len(listed)))
+
+    def permission(self, repo: str, user: str, max_age_s: float = 0.0) -> str:
+        """`admin`, `maintain`, `write`, `triage`, `read` or `none`; one answer of the
+        last `max_age_s` seconds (by this process) will do."""
+        key = (repo, user.lower())
+        hit = self._permissions.get(key)
+        if hit is not None and time.monotonic() - hit[0] <= max_age_s:
+            return hit[1]
         try:
             _, data = self.request(repo, "GET", f"/repos/{repo}/collaborators/{user}/permission")
+            # `permission` is the base level; `role_name` may be a custom role's name.
+            found = str(data.get("permission") or "none")
         except GitHubError as exc:
-            if exc.status == 404:  # not a collaborator (or a bot account GitHub won't say)
-                return "none"
-            raise
-        # `permission` is the base level; `role_name` may be a custom role's name.
-        return str(data.get("permission") or "none")
+            if exc.status != 404:
+                raise
+            found = "none"  # not a collaborator (or a bot account GitHub won't say)
+        self._permissions[key] = (time.monotonic(), found)
+        return found
 
     def runs_since(self, repo: str, since: dt.datetime) -> Iterator[Run]:
         """Workflow-dispatch runs created since `since`, newest first (every page)."""

@@ -1,15 +1,24 @@
 """`/rsi` commands in PR comments: reverify, status, cancel, help.
 
 For users with write, maintain or admin on the repository, or listed under
-`trigger.allow`. A reaction acknowledges at once; a refusal is polite and says who may.
-Comments by bots and on issues that are not tracked PRs are ignored; so are edits
-(only `created` is handled).
+`trigger.allow` (who may run commands but approve code for the runners only with write
+access). A reaction acknowledges at once; a refusal is polite and says who may, once per
+user and PR an hour: later commands of a refused user cost no request at all. Comments
+by bots and on issues that are not tracked PRs are ignored; so are edits (only `created`
+is handled), and a comment acts once (a re-delivery or replay finds it done).
+
+`/rsi reverify` approves the head the PR had when the comment was written (the comment's
+own `created_at`, never the delivery's time), or exactly the commit `<sha>` names among
+the heads known then: a comment older than a push approves nothing newer.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
+from dataclasses import dataclass
 from statistics import median
+from typing import Any
 
 from sqlalchemy import select
 
@@ -24,6 +33,31 @@ from bot.verification import reasons as R
 from bot.verification import steps, store
 from bot.verification.reasons import Reason
 
+log = logging.getLogger(__name__)
+
+PERMISSION_AGE_S = 60.0
+
+
+@dataclass(frozen=True)
+class Said:
+    """The comment a command came in: its id, when it was written (None: GitHub did not
+    say), and the author's permission when it was looked up already."""
+
+    comment_id: int
+    written_at: dt.datetime | None
+    permission: str | None
+
+
+def _written_at(comment: dict[str, Any]) -> dt.datetime | None:
+    value = comment.get("created_at")
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        t = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return t if t.tzinfo is not None else t.replace(tzinfo=dt.UTC)
+
 
 @on("issue_comment", "created")
 def commented(ctx: Context) -> None:
@@ -34,22 +68,39 @@ def commented(ctx: Context) -> None:
     if cmd is None:
         return
     number, user = int(issue["number"]), str(comment["user"]["login"])
+    comment_id = int(comment["id"])
     with ctx.db.session() as s:
         if store.pull_request(s, ctx.repo, number) is None:
             return
-    ctx.github.react(ctx.repo, number, comment["id"], "eyes")
+        delivery = ctx.delivery_id or f"comment:{comment_id}"
+        if not approvals.claim_comment(s, ctx.repo, number, comment_id, delivery, user):
+            log.info("%s#%s: comment %s acted on already", ctx.repo, number, comment_id)
+            return
+        quiet = approvals.recently_refused(s, ctx.repo, number, user)
     config = ctx.config()
-    if not (config.allows(user) or ctx.github.permission(ctx.repo, user) in approvals.WRITERS):
-        ctx.github.create_comment(ctx.repo, number, messages.refusal(user, ctx.repo))
-        return
+    allowed = config.allows(user)
+    if quiet and not allowed:
+        return  # refused within the hour: no reaction, lookup or reply this time
+    ctx.github.react(ctx.repo, number, comment_id, "eyes")
+    permission = None
+    if not allowed:
+        permission = ctx.github.permission(ctx.repo, user, max_age_s=PERMISSION_AGE_S)
+        if permission not in approvals.WRITERS:
+            with ctx.db.session() as s:
+                approvals.refuse(s, ctx.repo, comment_id, permission)
+            ctx.github.create_comment(ctx.repo, number, messages.refusal(user, ctx.repo))
+            return
     if cmd.errors or cmd.name == "help":
         ctx.github.create_comment(ctx.repo, number, messages.help_text(cmd.errors))
         return
+    said = Said(comment_id, _written_at(comment), permission)
     act = {"reverify": _reverify, "status": _status, "cancel": _cancel}[cmd.name]
-    ctx.github.create_comment(ctx.repo, number, act(ctx, number, user, cmd))
+    reply = act(ctx, number, user, cmd, said)
+    if reply is not None:
+        ctx.github.create_comment(ctx.repo, number, reply)
 
 
-def _reverify(ctx: Context, number: int, user: str, cmd: Command) -> str:
+def _reverify(ctx: Context, number: int, user: str, cmd: Command, said: Said) -> str | None:
     config = ctx.config()
     gpus = cmd.gpus
     if gpus is None and not cmd.all_gpus:
@@ -60,19 +111,50 @@ def _reverify(ctx: Context, number: int, user: str, cmd: Command) -> str:
     if not isinstance(plan, Plan):
         return messages.refused(user, plan)
     pull = ctx.github.pull(ctx.repo, number)
-    base_sha = None
-    if cmd.base_main or config.base == "main":
-        base_sha = ctx.github.branch_sha(ctx.repo, pull.base_ref)
+    head = pull.head_sha
     with ctx.db.session() as s:
         pr = store.pull_request(s, ctx.repo, number)
         assert pr is not None
-        pr.head_sha = pull.head_sha
-        approvals.approve(s, ctx.repo, number, pull.head_sha, user)
+        pr.head_sha = head
+        # The head read now is known from now on (its push may not be delivered yet):
+        # a comment written before this instant does not approve it by itself.
+        now = utcnow()
+        if approvals.head_at(s, ctx.repo, number, now) != head:
+            approvals.record_head(s, ctx.repo, number, head, f"read:{said.comment_id}", now)
+        seen: str | None = None
+        if said.written_at is not None:
+            if cmd.sha is not None:
+                named = approvals.resolve(s, ctx.repo, number, cmd.sha, said.written_at)
+                seen = named[0] if len(named) == 1 else None
+            else:
+                seen = approvals.head_at(s, ctx.repo, number, said.written_at)
+        needs_writer = seen is not None and not approvals.trusted(s, ctx.repo, number, seen)
+        quiet = approvals.recently_refused(s, ctx.repo, number, user)
+    if seen is None:
+        return messages.reverify_which(user, cmd.sha, head)
+    permission = said.permission
+    if needs_writer and permission is None:
+        # Listed under `trigger.allow`: approving untrusted code still takes write access.
+        if quiet:
+            return None
+        permission = ctx.github.permission(ctx.repo, user, max_age_s=PERMISSION_AGE_S)
+    if needs_writer and permission not in approvals.WRITERS:
+        with ctx.db.session() as s:
+            approvals.refuse(s, ctx.repo, said.comment_id, permission or "none")
+        return messages.approval_refused(user, seen)
+    if permission in approvals.WRITERS:
+        with ctx.db.session() as s:
+            approvals.approve(s, ctx.repo, number, seen, user)
+    if seen != head:
+        return messages.reverify_moved(user, seen, head, named=cmd.sha is not None)
+    base_sha = None
+    if cmd.base_main or config.base == "main":
+        base_sha = ctx.github.branch_sha(ctx.repo, pull.base_ref)
     v = steps.verify_head(
         ctx.svc,
         ctx.repo,
         number,
-        head_sha=pull.head_sha,
+        head_sha=head,
         trigger=f"/rsi reverify by @{user}",
         gpus=plan.gpus,
         rounds=plan.rounds,
@@ -85,7 +167,7 @@ def _reverify(ctx: Context, number: int, user: str, cmd: Command) -> str:
     return messages.reverify_queued(user, v)
 
 
-def _status(ctx: Context, number: int, user: str, cmd: Command) -> str:
+def _status(ctx: Context, number: int, user: str, cmd: Command, said: Said) -> str:
     with ctx.db.session() as s:
         v = store.latest(s, ctx.repo, number)
         if v is None:
@@ -99,7 +181,7 @@ def _status(ctx: Context, number: int, user: str, cmd: Command) -> str:
         return messages.status_reply(v, user, queued, expected)
 
 
-def _cancel(ctx: Context, number: int, user: str, cmd: Command) -> str:
+def _cancel(ctx: Context, number: int, user: str, cmd: Command, said: Said) -> str:
     event = M.Cancel(Reason(R.CANCELLED_BY, {"user": user}))
     ids = steps.cancel_active(ctx.svc, ctx.repo, number, event)
     return messages.cancelled(user, ids) if ids else messages.nothing_running(user)

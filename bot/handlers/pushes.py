@@ -1,26 +1,88 @@
-"""A push to a tracked PR: verify the new head when its author is trusted, else ask a
+"""A push to a tracked PR: verify the new head when its code is trusted, else ask a
 maintainer to approve exactly that commit. The push ends a review round that asked for
-changes: it is the answer to that review, later pushes are plain pushes."""
+changes: it is the answer to that review, later pushes are plain pushes.
+
+Trust follows the code, not the pusher. A head runs without a new approval when it was
+approved or verified before, when the repository never requires approval, or when a
+trusted account pushed it and every commit it brings since the PR's last trusted head
+was written and committed by trusted accounts: a writer's "Update branch" merge that
+brings in an outsider's commit waits for approval like the outsider's own push did.
+
+Every head a tracked PR has is recorded with the time the App learnt of it (opened,
+reopened, synchronize): a `/rsi reverify` approves the head its comment saw.
+"""
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
+from typing import Any
+
+from sqlalchemy import select
 
 from bot import approvals, messages
+from bot.approvals import Outsider
+from bot.github.api import CommitPeople, Commits, GitHubError
 from bot.handlers.context import Context
 from bot.handlers.registry import on
+from bot.models import Delivery, utcnow
+from bot.repo_config import RepoConfig
 from bot.verification import steps, store
 
 log = logging.getLogger(__name__)
+
+PERMISSION_AGE_S = 60.0  # one permission answer serves a burst of pushes and commands
+MAX_LOOKUPS = 5  # commit authors looked up per push; more unknown accounts wait
+GITHUB_COMMITTER = "web-flow"  # GitHub's own committer of web edits and "Update branch"
+
+
+def _parse_time(value: Any) -> dt.datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        t = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return t if t.tzinfo is not None else t.replace(tzinfo=dt.UTC)
+
+
+def _learnt_at(ctx: Context, pull: dict[str, Any]) -> dt.datetime:
+    """When the head became known: no earlier than the push (the PR's `updated_at`) nor
+    than the delivery's arrival, whichever is later (a comment written before either
+    cannot have seen it)."""
+    times = [_parse_time(pull.get("updated_at"))]
+    if ctx.delivery_id:
+        with ctx.db.session() as s:
+            got = s.scalar(select(Delivery.received_at).where(Delivery.id == ctx.delivery_id))
+        times.append(store.aware(got) if got is not None else None)
+    known = [t for t in times if t is not None]
+    return max(known) if known else utcnow()
+
+
+def _record(ctx: Context, pull: dict[str, Any]) -> bool:
+    """Record the delivery's head of a tracked PR; whether the PR is tracked."""
+    number, sha = int(pull["number"]), str(pull["head"]["sha"])
+    when = _learnt_at(ctx, pull)
+    with ctx.db.session() as s:
+        if store.pull_request(s, ctx.repo, number) is None:
+            return False
+        source = ctx.delivery_id or f"{ctx.event}:{sha}"
+        approvals.record_head(s, ctx.repo, number, sha, source, when)
+    return True
+
+
+@on("pull_request", "opened")
+@on("pull_request", "reopened")
+def head_seen(ctx: Context) -> None:
+    _record(ctx, ctx.payload["pull_request"])
 
 
 @on("pull_request", "synchronize")
 def pushed(ctx: Context) -> None:
     pull, sender = ctx.payload["pull_request"], ctx.sender
     sha, number = pull["head"]["sha"], pull["number"]
-    with ctx.db.session() as s:
-        if store.pull_request(s, ctx.repo, number) is None:
-            return
+    if not _record(ctx, pull):
+        return
     # A late or redelivered push must not replace the verification of a newer head.
     if ctx.github.pull(ctx.repo, number).head_sha != sha:
         log.info("%s#%s: push of %s is not the head any more; ignored", ctx.repo, number, sha[:10])
@@ -32,15 +94,22 @@ def pushed(ctx: Context) -> None:
         answers_review, pr.review_pending = pr.review_pending, False
         prev = store.latest(s, ctx.repo, number)
         prev_gpus = list(prev.gpus) if prev else None
-        approved_by = approvals.approved(s, ctx.repo, number, sha)
+        known = approvals.trusted(s, ctx.repo, number, sha)
+        anchor = approvals.last_trusted(s, ctx.repo, number, sha)
+        unseen = approvals.untrusted_heads(s, ctx.repo, number) - {sha}
     config = ctx.config()
-    trusted = (
-        config.trusts_pusher(sender, ctx.settings.trusted_pushers)
-        or approved_by is not None
-        or ctx.github.permission(ctx.repo, sender) in approvals.WRITERS
-    )
+    outsiders: list[Outsider] = []
+    if config.approval == "never-required" or known:
+        trusted = True
+    elif _trusted_account(ctx, config, sender, {}):
+        outsiders = _outsiders(ctx, config, sender, pull["base"]["ref"], anchor, sha, unseen)
+        trusted = not outsiders
+    else:
+        trusted = False
     if not trusted:
-        ctx.github.create_comment(ctx.repo, number, messages.approval_needed(sender, sha))
+        ctx.github.create_comment(
+            ctx.repo, number, messages.approval_needed(sender, sha, outsiders)
+        )
         return
     plan = config.plan_like(prev_gpus)
     base_sha = None
@@ -59,3 +128,73 @@ def pushed(ctx: Context) -> None:
         base_sha=base_sha,
         review_round=answers_review,
     )
+
+
+def _trusted_account(
+    ctx: Context, config: RepoConfig, login: str | None, asked: dict[str, bool]
+) -> bool:
+    """Whether `login` may put code on the runners: the configured trusted pushers, or a
+    writer (looked up, at most `MAX_LOOKUPS` accounts a push; `asked` keeps the answers)."""
+    if not login:
+        return False  # an e-mail GitHub links to no account: anybody's
+    who = login.lower()
+    if who in asked:
+        return asked[who]
+    if config.trusts_pusher(who, ctx.settings.trusted_pushers):
+        return True
+    if len(asked) > MAX_LOOKUPS:
+        return False
+    perm = ctx.github.permission(ctx.repo, login, max_age_s=PERMISSION_AGE_S)
+    asked[who] = perm in approvals.WRITERS
+    return asked[who]
+
+
+def _outsiders(
+    ctx: Context,
+    config: RepoConfig,
+    sender: str,
+    base_ref: str,
+    anchor: str | None,
+    sha: str,
+    unseen: set[str],
+) -> list[Outsider]:
+    """The commits a trusted push brings that no trusted account wrote or committed (or
+    that were an unapproved head of this PR before). One compare in the ordinary case:
+    the PR's last trusted head (else the base branch) to the new head; a second, base
+    branch to head, only to clear commits the base branch has (a merge of main)."""
+    asked: dict[str, bool] = {sender.lower(): True}
+
+    def suspect(c: CommitPeople) -> Outsider | None:
+        earlier = c.sha in unseen  # its author's name may be forged: its history is not
+        if not _trusted_account(ctx, config, c.author, asked):
+            return Outsider(c.sha, c.author, earlier_head=earlier)
+        web = c.committer is not None and c.committer.lower() == GITHUB_COMMITTER
+        if not web and not _trusted_account(ctx, config, c.committer, asked):
+            return Outsider(c.sha, c.committer, earlier_head=earlier)
+        return Outsider(c.sha, None, earlier_head=True) if earlier else None
+
+    def listed(base: str) -> Commits | None:
+        try:
+            return ctx.github.new_commits(ctx.repo, base, sha)
+        except GitHubError as exc:
+            if exc.status not in (404, 422):
+                raise
+            return None  # the base is gone (a force-push): compare otherwise
+
+    def bad(commits: list[CommitPeople]) -> list[Outsider]:
+        return [o for o in map(suspect, commits) if o is not None]
+
+    first = listed(anchor) if anchor is not None else None
+    if first is not None and first.complete and not bad(first.listed):
+        return []
+    own = listed(base_ref)
+    if own is None or not own.complete:
+        if first is None or not first.complete:
+            return [Outsider(sha, None, unchecked=True)]
+        # The new commits alone are complete: the base branch cannot clear any of them.
+        return bad(first.listed)
+    if first is not None and first.complete:
+        # New since the trusted head and not on the base branch.
+        mine = {c.sha for c in own.listed}
+        return bad([c for c in first.listed if c.sha in mine])
+    return bad(own.listed)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from sqlalchemy.orm import Session
 
-from bot import messages
+from bot import approvals, messages
 from bot.github.api import GitHubError
 from bot.models import BaselineMeasurement, PullRequest, RunnerJob, Verification, utcnow
 from bot.verification import machine as M
@@ -112,6 +112,8 @@ def ensure_pull_request(svc: Services, vid: str, e: M.EnsurePullRequest) -> None
                     opened_by_app=opened,
                 )
             )
+            # Its head is known from now: comments written earlier approve nothing.
+            approvals.record_head(s, repo, pull.number, pull.head_sha, f"read:{vid}", utcnow())
     _report_config_error(svc, vid)
 
 

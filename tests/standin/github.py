@@ -133,6 +133,9 @@ class _Commit:
     author: str
     date: datetime
     parents: list[str] = field(default_factory=list)
+    # Who committed it when not the author; "" for an author or committer GitHub links to
+    # no account (the API's `author`/`committer` is then null).
+    committer: str | None = None
 
 
 @dataclass
@@ -598,9 +601,14 @@ class GitHubStandIn:
         ahead_by: int | None = None,
         behind_by: int = 0,
         commits: Sequence[str] | None = None,
+        authors: Mapping[str, str] | None = None,
+        committers: Mapping[str, str] | None = None,
         **fields: Any,
     ) -> None:
         """What ``GET /compare/{base}...{head}`` answers (extra ``fields`` override).
+
+        ``authors`` and ``committers`` name the GitHub account of a commit by SHA ("" for
+        none: the API's user is then null); the committer defaults to the author.
 
         ``commits``: the SHAs only ``head`` has, oldest first, as GitHub lists them (paged
         with ``page``/``per_page``; without either, the newest 250). Commits not declared
@@ -612,7 +620,11 @@ class GitHubStandIn:
             shas = list(commits or [])
             parent = base
             for sha in shas:
-                self._declare_commit(target, sha, parent=parent)
+                commit = self._declare_commit(target, sha, parent=parent)
+                if authors and sha in authors:
+                    commit.author = authors[sha]
+                if committers and sha in committers:
+                    commit.committer = committers[sha]
                 parent = sha
             ahead = ahead_by if ahead_by is not None else (len(shas) if commits is not None else 1)
             target.compares[f"{base}...{head}"] = {
@@ -2703,16 +2715,20 @@ class GitHubStandIn:
         (the stand-in knows no files: none)."""
         data = self.openapi.example("commit")
         api = f"{self.url}/repos/{repo.full_name}"
-        person = {"name": commit.author, "email": f"{commit.author}@example.com"}
-        signed = {**person, "date": _iso(commit.date)}
+        committer = commit.author if commit.committer is None else commit.committer
+
+        def signed(login: str) -> JSONDict:
+            name = login or "Someone Unknown"
+            return {"name": name, "email": f"{name}@example.com", "date": _iso(commit.date)}
+
         data.update(
             url=f"{api}/commits/{commit.sha}",
             sha=commit.sha,
             node_id=_node_id("Commit", int(hashlib.sha1(commit.sha.encode()).hexdigest()[:8], 16)),
             html_url=f"{self.web_url}/{repo.full_name}/commit/{commit.sha}",
             comments_url=f"{api}/commits/{commit.sha}/comments",
-            author=self._user(commit.author),
-            committer=self._user(commit.author),
+            author=self._user(commit.author) if commit.author else None,
+            committer=self._user(committer) if committer else None,
             parents=[
                 {
                     "url": f"{api}/commits/{p}",
@@ -2724,8 +2740,8 @@ class GitHubStandIn:
         )
         data["commit"].update(
             url=f"{api}/git/commits/{commit.sha}",
-            author=signed,
-            committer=signed,
+            author=signed(commit.author),
+            committer=signed(committer),
             message=commit.message,
             tree={"url": f"{api}/git/trees/{_sha(commit.sha)}", "sha": _sha(commit.sha)},
         )
