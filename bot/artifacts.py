@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
+from bot.files import private_dir
+
 if TYPE_CHECKING:
     from botocore.exceptions import ClientError
 
@@ -168,8 +170,7 @@ class LocalStore:
     The content type is not stored: it is guessed from the key's extension on read."""
 
     def __init__(self, root: Path) -> None:
-        root = Path(root).expanduser()
-        root.mkdir(parents=True, exist_ok=True)
+        root = private_dir(Path(root))  # folders it creates are 0700, its files 0600
         self.root = root.resolve()
 
     def __repr__(self) -> str:
@@ -184,7 +185,7 @@ class LocalStore:
 
     def _write(self, key: str, fill: Callable[[IO[bytes]], None]) -> None:
         dest = self._path(key)
-        dest.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(dest.parent)
         fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as f:

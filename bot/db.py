@@ -20,6 +20,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.delivery_writer import DeliveryWriter
+from bot.files import private_file
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
@@ -39,7 +40,7 @@ def make_engine(url: str) -> Engine:
     kwargs: dict[str, Any] = {"future": True, "pool_recycle": 1800}
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
-            Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            private_file(Path(parsed.database))  # 0600 in a 0700 folder, before SQLite opens it
         kwargs["connect_args"] = {"timeout": 30, "check_same_thread": False}
     engine = create_engine(url, **kwargs)
     if parsed.get_backend_name() == "sqlite":

@@ -15,6 +15,7 @@ from bot.artifacts import ArtifactStore, store_from_url
 from bot.batcher import Batcher
 from bot.config import Settings
 from bot.db import Database
+from bot.files import private_file
 from bot.github.api import GitHub
 from bot.github.client import GitHubApp
 from bot.github.config_file import ConfigCache
@@ -31,7 +32,7 @@ CONFIG_TTL_S = 60.0
 def make_huey(settings: Settings, immediate: bool = False) -> Huey:
     if settings.REDIS_URL:
         return RedisHuey("rsi-bot", url=settings.REDIS_URL, immediate=immediate)
-    settings.QUEUE_PATH.expanduser().parent.mkdir(parents=True, exist_ok=True)
+    private_file(settings.QUEUE_PATH)  # 0600 in a 0700 folder, before SQLite opens it
     return SqliteHuey(
         "rsi-bot", filename=str(settings.QUEUE_PATH.expanduser()), immediate=immediate
     )
