@@ -57,6 +57,9 @@ class Run(_Open):
     error: str | None = None
     log_tail: str | None = None
     files: RunFiles = Field(default_factory=RunFiles)
+    failure: str | None = None
+    logs: dict[str, str] = Field(default_factory=dict)
+    survivors: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class Commit(_Open):
@@ -78,6 +81,12 @@ class Manifest(_Open):
     benchmark: dict[str, Any] | None = None
     runs: list[Run]
     complete: bool = False
+    # How the runner kept candidate code away from the measurement (runners/sandbox.py),
+    # where the benchmark client came from, and the SHA-256 of every other file.
+    isolation: dict[str, Any] | None = None
+    benchmark_tree: dict[str, Any] | None = None
+    digests: dict[str, str] | None = None
+    survivors: list[dict[str, Any]] = Field(default_factory=list)
 
 
 # ------------------------------------------------------------------- candidate (intake)

@@ -30,6 +30,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.test_runner_verify import CANDIDATE_PYTHON
+
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW = ROOT / "runners" / "workflows" / "rsi-verify.yml"
 ACTIONLINT_CONFIG = ROOT / ".github" / "actionlint.yaml"
@@ -91,11 +93,11 @@ TOOLS = {
 
 # ------------------------------------------------------------------------ helpers
 
+
 @pytest.fixture
 def tmp_path(reachable_tmp: Path) -> Path:
     """Each side runs as its own user, which must reach its worktree (conftest)."""
     return reachable_tmp
-
 
 
 def tool(name: str) -> str:
@@ -695,6 +697,8 @@ def test_act_runs_the_verify_job_with_the_dry_task(tmp_path: Path) -> None:
     for k, v in values.items():
         argv += ["--input", f"{k}={v}"]
     argv += ["--env", f"RSI_ACT_BUNDLE_DIR={out}"]
+    # the candidate users run the machine's interpreter (this one may live under /root)
+    argv += ["--env", f"RSI_CANDIDATE_PYTHON={CANDIDATE_PYTHON}"]
     env = dict(os.environ) | {"XDG_CACHE_HOME": str(tmp_path / "cache")}
     r = run(argv, cwd=ROOT, env=env, timeout=600)
     log = r.stdout + r.stderr
