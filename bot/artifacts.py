@@ -32,8 +32,10 @@ __all__ = [
     "ArtifactStore",
     "LocalStore",
     "S3Store",
+    "TooLarge",
     "check_key",
     "guess_content_type",
+    "save_to_file",
     "store_from_url",
 ]
 
@@ -400,6 +402,33 @@ def _missing(exc: ClientError) -> bool:
     err = exc.response.get("Error", {})
     status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
     return str(err.get("Code", "")) in _MISSING_CODES or status == 404
+
+
+# ---------------------------------------------------------------------- copying
+
+
+class TooLarge(ValueError):
+    """An artifact bigger than the caller's bound."""
+
+
+def save_to_file(store: ArtifactStore, key: str, dest: Path, max_bytes: int) -> None:
+    """Stream the artifact `key` into the file `dest`, never holding it whole;
+    `KeyError(key)` when absent, `TooLarge` past `max_bytes` (whatever its size said)."""
+    chunks, size, _ = store.open_stream(key)
+    try:
+        if size > max_bytes:
+            raise TooLarge(f"{key} is {size} bytes, more than {max_bytes}")
+        written = 0
+        with open(dest, "wb") as out:
+            for chunk in chunks:
+                written += len(chunk)
+                if written > max_bytes:
+                    raise TooLarge(f"{key} holds more than {max_bytes} bytes")
+                out.write(chunk)
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
 
 
 # ----------------------------------------------------------------------- setting

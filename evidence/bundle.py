@@ -105,7 +105,7 @@ class Bundle:
                 prefix = next(iter(tops)) + "/"
         root = prefix + MANIFEST
         others = [n for n in names if n.rsplit("/", 1)[-1] == MANIFEST and n != root]
-        if others:
+        if others and root in names:
             raise InputError(
                 str(self.path),
                 f"more than one {MANIFEST} (also {others[0][:200]!r}): a bundle has "
@@ -136,8 +136,10 @@ class Bundle:
             if info.is_dir() or not rel:
                 continue
             label = repr(info.filename[:200])
-            mode = info.external_attr >> 16
-            if mode and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            # Unix zips keep the file's type with its mode; zipfile's own writes and
+            # other systems' zips leave the type bits 0.
+            kind = stat.S_IFMT(info.external_attr >> 16)
+            if kind not in (0, stat.S_IFREG, stat.S_IFDIR):
                 raise InputError(where, f"member {label} is not a regular file (a link?)")
             if info.flag_bits & 0x1:
                 raise InputError(where, f"member {label} is encrypted")

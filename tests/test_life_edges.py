@@ -85,8 +85,9 @@ def test_a_bundle_the_engine_refuses_ends_failed_with_its_words(w: World) -> Non
 @pytest.mark.parametrize(
     ("data", "problem"),
     [
-        (b"not a zip", "not a readable zip"),
-        (b"PK\x05\x06" + b"\0" * 18, "no manifest.json at its root"),
+        (b"not a zip", "not a readable bundle: rsi-bundle-v-"),
+        (b"not a zip", "corrupt zip archive"),
+        (b"PK\x05\x06" + b"\0" * 18, "no manifest.json at the bundle's root"),
     ],
 )
 def test_an_unreadable_artifact_is_rejected(w: World, data: bytes, problem: str) -> None:
@@ -206,17 +207,18 @@ def test_a_cosmetic_step_that_keeps_failing_does_not_end_the_verification(w: Wor
 IDENT = {"id": "v-0123456789", "repo": appkit.UPSTREAM, "base": BASE_SHA, "head": HEAD_SHA}
 
 
-def _zip(manifest: object, name: str = "manifest.json") -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as z:
-        z.writestr(name, orjson.dumps(manifest))
-    return buf.getvalue()
+def _zip(tmp: Path, manifest: object, *names: str) -> Path:
+    path = tmp / "rsi-bundle-v-0123456789-h200.zip"
+    with zipfile.ZipFile(path, "w") as z:
+        for name in names or ("manifest.json",):
+            z.writestr(name, orjson.dumps(manifest))
+    return path
 
 
 @pytest.mark.parametrize(
     ("manifest", "problem"),
     [
-        ([1, 2], "its manifest is not a JSON object"),
+        ([1, 2], "rsi-bundle-v-0123456789-h200.zip/manifest.json: not a JSON object"),
         ({"verification_id": "v-x"}, "verification_id 'v-x', expected 'v-0123456789'"),
         (
             {"verification_id": IDENT["id"], "repo": appkit.UPSTREAM, "base": "main"},
@@ -233,14 +235,17 @@ def _zip(manifest: object, name: str = "manifest.json") -> bytes:
         ),
     ],
 )
-def test_a_bundle_of_something_else_is_named(manifest: object, problem: str) -> None:
-    found = E.wrong_bundle(IDENT, "H200", _zip(manifest))
+def test_a_bundle_of_something_else_is_named(
+    tmp_path: Path, manifest: object, problem: str
+) -> None:
+    found = E.wrong_bundle(IDENT, "H200", _zip(tmp_path, manifest))
     assert found is not None
     assert problem in found
 
 
-def test_a_nested_manifest_is_not_the_one_read() -> None:
-    """Only the root manifest (or the one folder's) counts: the engine reads that one."""
+def test_a_nested_manifest_is_not_the_one_read(tmp_path: Path) -> None:
+    """Only the root manifest (or the one folder's) counts, and a bundle has only that
+    one: a second could be what another reader takes for it."""
     good = {
         "verification_id": IDENT["id"],
         "repo": appkit.UPSTREAM,
@@ -248,9 +253,13 @@ def test_a_nested_manifest_is_not_the_one_read() -> None:
         "head": {"sha": HEAD_SHA},
         "gpu": "H200",
     }
-    assert E.wrong_bundle(IDENT, "H200", _zip(good)) is None
-    assert "no manifest.json at its root" in (
-        E.wrong_bundle(IDENT, "H200", _zip(good, "a/b/manifest.json")) or ""
+    assert E.wrong_bundle(IDENT, "H200", _zip(tmp_path, good)) is None
+    assert "no manifest.json at the bundle's root" in (
+        E.wrong_bundle(IDENT, "H200", _zip(tmp_path, good, "a/b/manifest.json")) or ""
+    )
+    assert "more than one manifest.json (also 'x/manifest.json')" in (
+        E.wrong_bundle(IDENT, "H200", _zip(tmp_path, good, "manifest.json", "x/manifest.json"))
+        or ""
     )
 
 

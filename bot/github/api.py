@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import urllib3
@@ -20,7 +21,7 @@ from github import GithubException
 from requests import RequestException
 
 from bot.github.attribution import other_pulls
-from bot.github.client import GitHubApp
+from bot.github.client import GitHubApp, TooLarge
 from evidence.model import AttributionEntry
 
 log = logging.getLogger(__name__)
@@ -250,18 +251,23 @@ class GitHub:
         except (GithubException, RequestException, OSError) as exc:
             raise _error(exc) from exc
 
-    def artifact_zip(self, repo: str, run_id: int, name: str) -> bytes | None:
-        """The run's artifact `name` as zip bytes, or None when it has none (or expired)."""
+    def artifact_zip(self, repo: str, run_id: int, name: str, dest: Path, max_bytes: int) -> bool:
+        """The run's artifact `name`, streamed into the zip file `dest`; False when it has
+        none (or expired). `TooLarge` when it is bigger than `max_bytes`: GitHub's listing
+        says so before a byte is fetched, and the download stops there whatever it says."""
         iid = self.installation_id(repo)
         _, listing = self.request(
             repo, "GET", f"/repos/{repo}/actions/runs/{run_id}/artifacts?name={name}"
         )
         for art in listing.get("artifacts", []):
             if art.get("name") == name and not art.get("expired"):
+                size = art.get("size_in_bytes")
+                if isinstance(size, int) and size > max_bytes:
+                    raise TooLarge(size, max_bytes)
                 path = f"/repos/{repo}/actions/artifacts/{art['id']}/zip"
-                data: bytes = self._call(self.app.download, iid, path)
-                return data
-        return None
+                self._call(self.app.download, iid, path, dest, max_bytes)
+                return True
+        return False
 
     # ------------------------------------------------------------------ writes
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import requests
@@ -21,6 +22,7 @@ from bot import observability
 from bot.config import Settings
 
 USER_AGENT = "rsi-bot"
+DOWNLOAD_CHUNK = 1024 * 1024
 
 
 class _CountedRetry(GithubRetry):
@@ -170,17 +172,36 @@ class GitHubApp:
         body: dict[str, Any] | list[Any] = doc if isinstance(doc, dict | list) else {}
         return status, body, {str(k).lower(): str(v) for k, v in headers.items()}
 
-    def download(self, installation_id: int, path: str) -> bytes:
-        """Fetch a redirecting download (artifact zips): the API answers 302 with a
-        short-lived blob URL that must be fetched *without* our token."""
+    def download(self, installation_id: int, path: str, dest: Path, max_bytes: int) -> None:
+        """Fetch a redirecting download (artifact zips) into the file `dest`, streamed:
+        the API answers 302 with a short-lived blob URL that must be fetched *without*
+        our token. `TooLarge` past `max_bytes` (what was written is left to the caller)."""
         gh = self.client(installation_id)
         status, headers, data = gh.requester.requestJson("GET", path)
         location = headers.get("location") or headers.get("Location")
         if status not in (301, 302, 303, 307, 308) or not location:
             raise GithubException(status, _json(data) or {"message": "no redirect"}, None)
-        resp = requests.get(location, timeout=120)
-        resp.raise_for_status()
-        return resp.content
+        with requests.get(location, timeout=120, stream=True) as resp:
+            resp.raise_for_status()
+            declared = resp.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > max_bytes:
+                raise TooLarge(int(declared), max_bytes)
+            written = 0
+            with open(dest, "wb") as out:
+                for chunk in resp.iter_content(DOWNLOAD_CHUNK):
+                    written += len(chunk)
+                    if written > max_bytes:
+                        raise TooLarge(written, max_bytes)
+                    out.write(chunk)
+
+
+class TooLarge(Exception):
+    """A download past its bound; `size` is what was declared or read so far."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"more than {limit} bytes (at least {size})")
+        self.size = size
+        self.limit = limit
 
 
 def _json(data: str | None) -> dict[str, Any]:

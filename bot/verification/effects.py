@@ -6,29 +6,32 @@ the verification moved on does no harm; it may answer with the event its outcome
 from __future__ import annotations
 
 import datetime as dt
-import io
 import logging
 import re
 import tempfile
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import orjson
 from sqlalchemy.orm import Session
 
 from bot import approvals, messages
+from bot.artifacts import TooLarge as ArtifactTooLarge
+from bot.artifacts import save_to_file
 from bot.github.api import GitHubError
+from bot.github.client import TooLarge
 from bot.models import BaselineMeasurement, PullRequest, RunnerJob, Verification, utcnow
 from bot.verification import machine as M
 from bot.verification import reasons as R
 from bot.verification import store
 from bot.verification.reasons import Reason
 from evidence.build import Inputs, build, write
+from evidence.bundle import Bundle
 from evidence.errors import InputError
+from evidence.limits import DEFAULT as DEFAULT_LIMITS
+from evidence.limits import Limits
 from evidence.links import compare_url
-from evidence.load import Source
+from evidence.load import Source, read_manifest
 from evidence.model import Candidate, HistoryEntry
 from evidence.render import (
     COMMENT_LIMIT,
@@ -238,25 +241,48 @@ def cancel_run(svc: Services, vid: str, e: M.CancelRun) -> None:
 # ----------------------------------------------------------------------- ingest
 
 
+def bundle_limits(svc: Services) -> Limits:
+    """The bounds of a bundle (docs/bounds.md), from the settings."""
+    st = svc.settings
+    return Limits(
+        max_bytes=st.RSI_BUNDLE_MAX_BYTES,
+        max_members=st.RSI_BUNDLE_MAX_MEMBERS,
+        max_member_bytes=st.RSI_BUNDLE_MAX_MEMBER_BYTES,
+        max_ratio=st.RSI_BUNDLE_MAX_RATIO,
+        max_json_bytes=st.RSI_BUNDLE_MAX_JSON_BYTES,
+        max_runs=st.RSI_BUNDLE_MAX_RUNS,
+    )
+
+
 def ingest(svc: Services, vid: str, e: M.Ingest) -> M.Event | None:
-    """Fetch one GPU's bundle, check it is this verification's, keep it."""
+    """Fetch one GPU's bundle (streamed to a temporary file), check it is within bounds
+    and this verification's, keep it."""
     with svc.db.session() as s:
         v = _load(s, vid)
         job = _job(v, e.gpu)
         if job.state != M.JobState.COMPLETED.value:
             return None
         run_id, ident = job.workflow_run_id, _identity(v)
-    data = _fetch_bundle(svc, vid, e.gpu, run_id)
-    if data is None:
-        reason = Reason(R.NO_BUNDLE, {"gpu": e.gpu, "artifact": artifact_name(vid, e.gpu)})
-        return M.BundleRejected(e.gpu, reason)
-    problem = wrong_bundle(ident, e.gpu, data)
-    if problem:
-        return M.BundleRejected(
-            e.gpu, Reason(R.BUNDLE_REJECTED, {"gpu": e.gpu, "problem": problem})
-        )
-    key = f"bundles/{vid}/{e.gpu.lower()}.zip"
-    svc.store.put_bytes(key, data, "application/zip")
+    limits = bundle_limits(svc)
+    with tempfile.TemporaryDirectory(prefix="rsi-ingest-") as tmp:
+        path = Path(tmp) / f"{artifact_name(vid, e.gpu)}.zip"
+        try:
+            found = _fetch_bundle(svc, vid, e.gpu, run_id, path, limits.max_bytes)
+        except (TooLarge, ArtifactTooLarge) as exc:
+            big = f"the artifact is too large ({exc})"
+            return M.BundleRejected(
+                e.gpu, Reason(R.BUNDLE_REJECTED, {"gpu": e.gpu, "problem": big})
+            )
+        if not found:
+            reason = Reason(R.NO_BUNDLE, {"gpu": e.gpu, "artifact": artifact_name(vid, e.gpu)})
+            return M.BundleRejected(e.gpu, reason)
+        problem = wrong_bundle(ident, e.gpu, path, limits)
+        if problem:
+            return M.BundleRejected(
+                e.gpu, Reason(R.BUNDLE_REJECTED, {"gpu": e.gpu, "problem": problem})
+            )
+        key = f"bundles/{vid}/{e.gpu.lower()}.zip"
+        svc.store.put_file(key, path, "application/zip")
 
     def keep(s: Session, v: Verification) -> None:
         _job(v, e.gpu).bundle_key = key
@@ -269,39 +295,35 @@ def _identity(v: Verification) -> dict[str, str]:
     return {"id": v.id, "repo": v.repo, "base": v.base_sha, "head": v.head_sha}
 
 
-def _fetch_bundle(svc: Services, vid: str, gpu: str, run_id: int | None) -> bytes | None:
+def _fetch_bundle(
+    svc: Services, vid: str, gpu: str, run_id: int | None, dest: Path, max_bytes: int
+) -> bool:
+    """The bundle streamed into `dest`: the run's artifact, or the artifact store's copy;
+    False when there is none. TooLarge (either kind) past `max_bytes`."""
     runner = svc.settings.RSI_RUNNER_REPO
-    if run_id is not None:
-        data = svc.github.artifact_zip(runner, run_id, artifact_name(vid, gpu))
-        if data is not None:
-            return data
+    if run_id is not None and svc.github.artifact_zip(
+        runner, run_id, artifact_name(vid, gpu), dest, max_bytes
+    ):
+        return True
     # Runners may put the bundle on S3 instead (`<verification-id>/<gpu>.zip`).
     for key in (f"{vid}/{gpu.lower()}.zip", f"{vid}/{gpu}.zip"):
         if svc.store.exists(key):
-            found: bytes = svc.store.get_bytes(key)
-            return found
-    return None
+            save_to_file(svc.store, key, dest, max_bytes)
+            return True
+    return False
 
 
-def wrong_bundle(ident: dict[str, str], gpu: str, data: bytes) -> str | None:
-    """The bundle must be this verification's: id, repository, commits and GPU. The
-    manifest read is the root one, the one the engine reads."""
+def wrong_bundle(
+    ident: dict[str, str], gpu: str, path: Path, limits: Limits = DEFAULT_LIMITS
+) -> str | None:
+    """The bundle must be within bounds and this verification's: id, repository, commits
+    and GPU. Its manifest is read by the engine's own reader (`read_manifest`), which
+    refuses a bundle with more than one: what is checked here is what the engine reads."""
     try:
-        with zipfile.ZipFile(io.BytesIO(data)) as z:
-            names = z.namelist()
-            inner = "manifest.json" if "manifest.json" in names else None
-            if inner is None:
-                tops = {n.split("/", 1)[0] for n in names if "/" in n}
-                if len(tops) == 1:
-                    candidate = f"{next(iter(tops))}/manifest.json"
-                    inner = candidate if candidate in names else None
-            if inner is None:
-                return "it has no manifest.json at its root"
-            m = orjson.loads(z.read(inner))
-    except (zipfile.BadZipFile, orjson.JSONDecodeError, KeyError, RuntimeError) as exc:
-        return f"it is not a readable zip with a JSON manifest ({exc})"
-    if not isinstance(m, dict):
-        return "its manifest is not a JSON object"
+        with Bundle(path, limits) as bundle:
+            m = read_manifest(bundle, path.name)
+    except InputError as exc:
+        return f"it is not a readable bundle: {str(exc).replace(str(path), path.name)}"
     for k, want in (("verification_id", ident["id"]), ("repo", ident["repo"])):
         if m.get(k) != want:
             return f"its manifest says {k} {str(m.get(k))[:80]!r}, expected {want!r}"
@@ -335,10 +357,14 @@ def build_evidence(svc: Services, vid: str, e: M.BuildEvidence) -> M.Event | Non
     with tempfile.TemporaryDirectory(prefix="rsi-publish-") as tmp:
         work = Path(tmp)
         bundles = []
+        limits = bundle_limits(svc)
         for gpu, key in keys:
             assert key is not None
             p = work / f"{gpu.lower()}.zip"
-            p.write_bytes(svc.store.get_bytes(key))
+            try:
+                save_to_file(svc.store, key, p, limits.max_bytes)
+            except ArtifactTooLarge as exc:
+                return M.EvidenceFailed(Reason(R.BUNDLE_UNREADABLE, {"problem": str(exc)[:2000]}))
             bundles.append(p)
         try:
             ev, sources = build(
@@ -350,6 +376,7 @@ def build_evidence(svc: Services, vid: str, e: M.BuildEvidence) -> M.Event | Non
                     missing=missing,
                     github_url=svc.settings.web_url,
                     policy=svc.repo_config(repo).config.policy(),
+                    limits=limits,
                 )
             )
         except InputError as exc:
