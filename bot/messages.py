@@ -12,11 +12,14 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
+from markupsafe import Markup
+
 from bot.approvals import Outsider
 from bot.models import Verification
 from bot.repo_config import ConfigResult, render_error
 from bot.verification.machine import JobState, State
 from bot.verification.reasons import Reason
+from evidence import inert
 from evidence.model import Candidate
 from evidence.render import (
     COMMENT_MARKER,
@@ -64,12 +67,10 @@ def reason(r: Reason) -> str:
     return _say("reason", r)
 
 
-_LINK = re.compile(r"\[([^\]]*)\]\(([^)\s]*)\)")
-
-
 def reason_plain(r: Reason) -> str:
-    """The reason without Markdown links, for the evidence engine's HTML and Markdown."""
-    return _LINK.sub(lambda m: f"{m.group(1)}: {m.group(2)}", reason(r)).replace("`", "")
+    """The reason as plain text (no links, code spans or character references), for the
+    evidence engine, whose templates escape it again for HTML and Markdown."""
+    return inert.markdown_to_plain(reason(r))
 
 
 def end_reason(v: Verification) -> str:
@@ -88,8 +89,14 @@ def pr_opening(candidate: Candidate, compare_url: str, section: str) -> str:
     return (
         environment()
         .get_template("pr_open.md.j2")
-        .render(candidate=candidate, compare_url=compare_url, status_section=section)
+        .render(candidate=candidate, compare_url=compare_url, status_section=Markup(section))
     )
+
+
+def pr_title(candidate: Candidate) -> str:
+    """The candidate's title for the PR it opens: one line, mentions and references
+    broken (GitHub links `#123` in a title too)."""
+    return str(inert.plain(candidate.title, 256))
 
 
 def config_error(result: ConfigResult) -> str:
@@ -119,7 +126,7 @@ def check_published(v: Verification, check_md: str) -> tuple[str, str]:
 
 
 def check_ended(v: Verification) -> tuple[str, str]:
-    why = end_reason(v)
+    why = Markup(end_reason(v))  # the App's own Markdown: kept as it is
     return _say("title_ended", v, why), _say("check_ended", v, why, jobs(v))
 
 
@@ -148,12 +155,23 @@ def _cell(h: dict[str, Any] | None, verdict: str | None) -> str:
 _MENTION = re.compile(r"@([A-Za-z0-9-]+(?:\[bot\])?)")
 
 
+def _trigger(trigger: str) -> Markup:
+    """What started a verification ("push by @user"): its logins in code spans, which
+    notify nobody (the ledger is rewritten often), the rest inert text."""
+    out, pos = [], 0
+    for m in _MENTION.finditer(trigger):
+        out += [inert.text(trigger[pos : m.start()]), f"`@{m.group(1)}`"]
+        pos = m.end()
+    out.append(inert.text(trigger[pos:]))
+    return Markup("".join(out))
+
+
 def _row(v: Verification, current: bool) -> LedgerRow:
     row = LedgerRow(
         sha=v.head_sha,
         when=v.created_at.strftime("%Y-%m-%d %H:%M"),
         # A login in a code span notifies nobody: the ledger is rewritten often.
-        trigger=_MENTION.sub(r"`@\1`", v.trigger),
+        trigger=_trigger(v.trigger),
         current=current,
     )
     if v.state == State.PUBLISHED.value:
@@ -165,7 +183,9 @@ def _row(v: Verification, current: bool) -> LedgerRow:
     for j in jobs(v):
         if j.gpu not in row.cells and j.reason is not None:
             # The reason itself is said once, under the table; the cell stays short.
-            row.cells[j.gpu] = j.state + (f" ([run]({j.url}))" if j.url else "")
+            row.cells[j.gpu] = inert.text(j.state) + (
+                Markup(f" ([run]({inert.href(j.url)}))") if j.url else ""
+            )
     return row
 
 
@@ -222,7 +242,8 @@ def evidence_comment(
     )
     latest = verifications[-1] if verifications else None
     if latest is not None and latest.state != State.PUBLISHED.value:
-        parts.append(_say("current_status", latest, end_reason(latest), jobs(latest)))
+        why = Markup(end_reason(latest))
+        parts.append(_say("current_status", latest, why, jobs(latest)))
     if good is not None and evidence is not None:
         failed = _failed_jobs(good)
         if latest is not None and latest.id != good.id:
@@ -264,7 +285,21 @@ def refusal(user: str, repo: str) -> str:
 
 
 def help_text(errors: list[str]) -> str:
-    return _say("help", errors)
+    return _say("help", Markup("; ").join(_quoting(e) for e in errors))
+
+
+def _quoting(error: str) -> Markup:
+    """A command error ("unknown argument `WORD`") whose one code span holds the user's
+    word: the span is rebuilt so that backticks in the word cannot close it early, and
+    the rest is inert text."""
+    first, last = error.find("`"), error.rfind("`")
+    if first < 0 or last == first:
+        return inert.text(error)
+    return (
+        inert.text(error[:first])
+        + inert.code(error[first + 1 : last])
+        + inert.text(error[last + 1 :])
+    )
 
 
 def refused(user: str, problem: str) -> str:
@@ -280,9 +315,9 @@ def nothing_to_repeat(user: str) -> str:
 
 
 def status_reply(v: Verification, user: str, queued: str, expected: float | None) -> str:
-    why = end_reason(v) if State(v.state).final and v.state != State.PUBLISHED.value else ""
+    why = Markup(end_reason(v) if State(v.state).final and v.state != State.PUBLISHED.value else "")
     if v.state == State.PUBLISHED.value:
-        why = f"{v.verdict}: {v.reason or ''}"
+        why = inert.text(f"{v.verdict}: {v.reason or ''}")
     return _say("status_reply", user, v, why, queued, expected, jobs(v))
 
 

@@ -23,8 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from jinja2 import Environment, PackageLoader, StrictUndefined, pass_context, select_autoescape
+from jinja2.runtime import Context
+from markupsafe import Markup
 
+from evidence import inert
 from evidence.metrics import BY_NAME
 from evidence.model import (
     Evidence,
@@ -64,41 +67,87 @@ def environment() -> Environment:
 def _env() -> Environment:
     """The one template environment, created on first use.
 
-    `report.html.j2` must be autoescaped: `select_autoescape(["html"])` alone matches only
-    names that end in `.html`, so `html.j2` is listed too. Markdown is never escaped.
+    Every template is autoescaped, so a value a template interpolates is escaped unless
+    it is marked safe (`Markup`: template text, macro output, the engine's formatted
+    numbers, checked URLs and what `evidence.inert` returns). `*.html.j2` escapes for
+    HTML (`select_autoescape(["html"])` alone matches only names that end in `.html`,
+    so `html.j2` is listed too); `*.md.j2` escapes for GitHub Markdown through
+    `_finalize`, which hands every value not marked safe to `inert.text` first.
     """
     env = Environment(
         loader=PackageLoader("pr_templates", ""),
-        autoescape=select_autoescape(["html", "html.j2"]),
+        autoescape=select_autoescape(["html", "html.j2", "md.j2"]),
         undefined=StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
+        finalize=_finalize,
     )
     env.filters.update(
         {
-            "pct": fmt_pct,
-            "interval": fmt_interval,
-            "num": fmt_value,
-            "p": fmt_p,
+            "pct": _safe(fmt_pct),
+            "interval": _safe(fmt_interval),
+            "num": _safe(fmt_value),
+            "p": _p,
             "nr": not_recorded,
-            "cell": md_cell,
-            "oneline": one_line,
+            "cell": inert.text,
+            "oneline": inert.text,
+            "text": inert.text,
+            "name": inert.name,
+            "code": inert.code,
+            "block": inert.block,
+            "fenced": inert.fenced,
+            "plain": inert.plain,
             "short": short_sha,
             "badge": badge,
             "metric_label": metric_label,
             "headline": headline_text,
-            "row_delta": row_delta,
-            "row_ci": row_ci,
+            "row_delta": _safe(row_delta),
+            "row_ci": _safe(row_ci),
             "row_verdict": row_verdict,
-            "items": short_list,
-            "fence": fence,
+            "items": _items,
+            "fence": _safe(fence),
             "plot_src": plot_src,
             "anchor": anchor,
-            "href": safe_href,
+            "href": inert.href,
         }
     )
     return env
+
+
+@pass_context
+def _finalize(context: Context, value: Any) -> Any:
+    """What `{{ value }}` writes: in a Markdown template, untrusted text made inert unless
+    it is already marked safe; in an HTML template, the value without control characters
+    (autoescaping then escapes it for HTML)."""
+    if hasattr(value, "__html__"):
+        return value
+    if (context.name or "").endswith(".md.j2"):
+        return inert.text(value)
+    if isinstance(value, str):
+        return inert.clean(value, lines=True)
+    return value
+
+
+def _safe(fn: Callable[..., str]) -> Callable[..., Markup]:
+    """A filter of the engine's own formatting (numbers, intervals): its text is safe."""
+
+    @functools.wraps(fn)
+    def safe(*args: Any, **kwargs: Any) -> Markup:
+        return Markup(fn(*args, **kwargs))
+
+    return safe
+
+
+def _p(x: float | int | str | None) -> str:
+    """`fmt_p` as a filter: a number is the engine's (safe); a string came with the
+    finding and is escaped like any other value."""
+    return x if isinstance(x, str) else Markup(fmt_p(x))
+
+
+def _items(items: list[str], n: int = ITEMS_SHOWN) -> Markup:
+    """`short_list` as a filter, each item an inert name."""
+    return Markup(short_list([str(inert.name(i)) for i in items], n))
 
 
 def _render(template: str, **context: Any) -> str:
@@ -113,16 +162,32 @@ def tidy_markdown(text: str) -> str:
     """One blank line at most between blocks (code blocks kept as they are), one final
     newline. Templates stay readable without fighting Jinja's whitespace rules."""
     out: list[str] = []
-    in_code = False
+    fence: str | None = None
     for line in text.splitlines():
-        if line.lstrip().startswith("```"):
-            in_code = not in_code
-        elif not in_code and not line.strip() and (not out or not out[-1].strip()):
+        fence, changed = _fence_step(fence, line)
+        if not changed and fence is None and not line.strip() and (not out or not out[-1].strip()):
             continue
         out.append(line)
     while out and not out[-1].strip():
         out.pop()
     return "\n".join(out) + "\n"
+
+
+_FENCE = re.compile(r"^ {0,3}(`{3,})[^`]*$")
+_FENCE_END = re.compile(r"^ {0,3}(`{3,})\s*$")
+
+
+def _fence_step(fence: str | None, line: str) -> tuple[str | None, bool]:
+    """The open code fence after `line` (None outside a code block), and whether `line`
+    opened or closed one. A fence closes only with at least as many backticks, as in
+    CommonMark, so a shorter run inside a log or command is text."""
+    if fence is None:
+        m = _FENCE.match(line)
+        return (m.group(1), True) if m else (None, False)
+    m = _FENCE_END.match(line)
+    if m and len(m.group(1)) >= len(fence):
+        return None, True
+    return fence, False
 
 
 # ------------------------------------------------------------------------ formatting
@@ -203,21 +268,18 @@ def badge(word: str) -> str:
 
 
 def one_line(text: object) -> str:
-    """Free text on one line, so a list item stays one item; `<` written as `&lt;`, so
-    text from a bundle or candidate cannot open an HTML tag (an unclosed `<details>`
-    would swallow the rest of the comment)."""
-    return " ".join(str(text).split()).replace("<", "&lt;")
+    """Free text on one line, made inert for Markdown (`inert.text`)."""
+    return str(inert.text(text))
 
 
 def md_cell(text: object) -> str:
-    """Free text in a Markdown table cell: one line, pipes escaped."""
-    return one_line(text).replace("|", "\\|")
+    """Free text in a Markdown table cell: one line, inert, pipes escaped."""
+    return str(inert.text(text))
 
 
 def fence(text: str) -> str:
     """A code fence longer than any run of backticks inside `text`."""
-    runs = [len(m) for m in re.findall(r"`+", text)]
-    return "`" * max(3, max(runs, default=0) + 1)
+    return inert.fence_for(text)
 
 
 def anchor(text: str) -> str:
@@ -228,9 +290,7 @@ def anchor(text: str) -> str:
 def safe_href(url: str | None) -> str:
     """A link target for the report: http(s) only, so an input cannot smuggle in a
     `javascript:` URL."""
-    if url and re.match(r"^https?://", url, flags=re.IGNORECASE):
-        return url
-    return "#"
+    return str(inert.href(url))
 
 
 def metric_label(name: str) -> str:
@@ -275,9 +335,9 @@ def row_verdict(r: StudyRow) -> str:
     return r.verdict
 
 
-def plot_src(p: Plot) -> str:
+def plot_src(p: Plot) -> Markup:
     """Where a Markdown image points: the public URL, else the path beside the report."""
-    return p.url or p.path
+    return inert.href(p.url) if p.url else inert.relative(p.path)
 
 
 # ------------------------------------------------------------------------- the views
@@ -640,10 +700,11 @@ def _cut_at_line(text: str, n: int) -> str:
 def _closers(text: str) -> str:
     """Close a code fence or `<details>` that a cut left open."""
     out = ""
-    fences = [ln.strip() for ln in text.splitlines() if ln.lstrip().startswith("```")]
-    if len(fences) % 2:
-        opener = fences[-1]
-        out += "\n" + opener[: len(opener) - len(opener.lstrip("`"))]
+    fence: str | None = None
+    for line in text.splitlines():
+        fence, _ = _fence_step(fence, line)
+    if fence is not None:
+        out += "\n" + fence
     opened = text.count("<details>") - text.count("</details>")
     out += "\n</details>" * max(0, opened)
     return out
@@ -670,8 +731,8 @@ def hard_trim(body: str, tail: str, limit: int) -> str:
 def _md_context(ev: Evidence, report_url: str | None) -> dict[str, Any]:
     return {
         "ev": ev,
-        "report_url": report_url,
-        "marker": COMMENT_MARKER,
+        "report_url": inert.own_url(report_url),
+        "marker": Markup(COMMENT_MARKER),
         "verdict_note": verdict_note(ev),
         "repro": reproduce_view(ev),
         "counts": severity_counts(ev.audit),
@@ -679,7 +740,7 @@ def _md_context(ev: Evidence, report_url: str | None) -> dict[str, Any]:
 
 
 def _tail(ev: Evidence, report_url: str | None) -> str:
-    return _render_md("_tail.md.j2", report_url=report_url, repro=reproduce_view(ev))
+    return _render_md("_tail.md.j2", report_url=inert.own_url(report_url), repro=reproduce_view(ev))
 
 
 def render_comment(ev: Evidence, report_url: str | None, limit: int | None = None) -> str:
@@ -732,7 +793,10 @@ def render_check(ev: Evidence, report_url: str | None) -> str:
 def render_pr_section(ev: Evidence, report_url: str | None) -> str:
     """The short evidence section of the PR body, between SECTION_START and SECTION_END."""
     return _render_md(
-        "pr_body.md.j2", **_md_context(ev, report_url), start=SECTION_START, end=SECTION_END
+        "pr_body.md.j2",
+        **_md_context(ev, report_url),
+        start=Markup(SECTION_START),
+        end=Markup(SECTION_END),
     )
 
 

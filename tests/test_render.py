@@ -208,6 +208,7 @@ def test_comment_begins_with_marker_verdict_and_claim(improved: Evidence) -> Non
         "### Raw-record audit",
         "### Caveats",
         "### Compare links",
+        "### Other changes in this range",
         "### Plots",
         "### Environment",
         "### Reproduce",
@@ -486,7 +487,7 @@ def test_report_escapes_html(improved: Evidence, tmp_path: Path) -> None:
     # Markdown: free text cannot open a tag either (GitHub sanitizes, but an unclosed
     # <details> in a message would swallow the rest of the comment).
     comment = render_comment(improved, None)
-    assert "&lt;script>alert(1)&lt;/script> & &lt;b>bold&lt;/b>" in comment
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; & &lt;b&gt;bold&lt;/b&gt;" in comment
     assert "<script" not in comment
     assert "<b>" not in comment
 
@@ -529,4 +530,4 @@ def test_formatting() -> None:
     assert render.fmt_value(None, "s") == "n/a"
     assert render.fmt_signed(-0.00098, "") == "-0.000980"
     assert render.fence("a ``` b") == "````"
-    assert render.md_cell("a | b\nc") == "a \\| b c"
+    assert render.md_cell("a | b\nc") == "a &#124; b c"

@@ -97,7 +97,9 @@ def ensure_pull_request(svc: Services, vid: str, e: M.EnsurePullRequest) -> None
         pull = svc.github.pull(repo, number)
     else:
         base = svc.github.default_branch(repo)
-        pull, opened = svc.github.open_pull(repo, base=base, head=head, title=cand.title, body=body)
+        pull, opened = svc.github.open_pull(
+            repo, base=base, head=head, title=messages.pr_title(cand), body=body
+        )
     iid = svc.github.installation_id(repo)
     with svc.db.session() as s:
         v = _load(s, vid)
