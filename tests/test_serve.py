@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -18,6 +19,8 @@ from bot.config import ConfigError, load_settings
 from tests import appkit
 
 RSI = str(Path(sys.executable).with_name("rsi-bot"))
+ROOT = Path(__file__).resolve().parents[1]
+CLI = [sys.executable, "-c", "from bot.cli import main; main()"]  # with PYTHONPATH=ROOT
 
 
 def env(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -117,12 +120,12 @@ def test_serve_runs_web_and_worker(tmp_path: Path) -> None:
     from tests.standin import example
 
     port = free_port()
-    e = env(tmp_path)
+    e = env(tmp_path, PYTHONPATH=str(ROOT))  # this checkout's code
     metrics = f"http://127.0.0.1:{e['METRICS_PORT']}/metrics"
     log = tmp_path / "serve.log"
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [RSI, "serve", "--port", str(port)],
+            [*CLI, "serve", "--port", str(port)],
             env=e,
             cwd=tmp_path,
             stdout=out,
@@ -165,6 +168,20 @@ def test_serve_runs_web_and_worker(tmp_path: Path) -> None:
             time.sleep(0.2)
         scraped = requests.get(metrics, timeout=5).text
         assert 'rsi_webhook_deliveries_total{event="installation",outcome="accepted"}' in scraped
+
+        # A queue worker that dies is started again.
+        def queue_workers() -> list[int]:
+            return [
+                int(p) for p in re.findall(r"queue worker started \(pid (\d+)\)", log.read_text())
+            ]
+
+        first = queue_workers()[-1]
+        os.kill(first, signal.SIGKILL)
+        deadline = time.monotonic() + 20
+        while queue_workers()[-1] == first:
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        assert "the queue worker (pid %d) exited" % first in log.read_text()
     finally:
         stop(proc)
     assert proc.returncode == 0, log.read_text()
@@ -176,7 +193,6 @@ def test_serve_runs_web_and_worker(tmp_path: Path) -> None:
 
 # --- slow clients ---------------------------------------------------------------------------
 
-ROOT = Path(__file__).resolve().parents[1]
 SLOW_CLIENTS = 2000
 ATTACK_S = 20.0
 CUT_OFF_S = 16.0  # headers within 5 s (keepalive), the body within 10 s more
@@ -186,11 +202,10 @@ def start_web(tmp_path: Path, how: str, port: int, log: Path) -> subprocess.Pope
     """The web process as a deployment starts it: `rsi-bot serve`, or the Procfile's
     `web:` (gunicorn with bot.gunicorn_conf, on PORT); the code of this checkout."""
     e = env(tmp_path, PYTHONPATH=str(ROOT), PORT=str(port), METRICS_PORT=str(free_port()))
-    cli = [sys.executable, "-c", "from bot.cli import main; main()"]
     if how == "serve":
-        cmd = [*cli, "serve", "--port", str(port)]
+        cmd = [*CLI, "serve", "--port", str(port)]
     else:
-        subprocess.run([*cli, "db", "upgrade"], env=e, cwd=tmp_path, check=True)
+        subprocess.run([*CLI, "db", "upgrade"], env=e, cwd=tmp_path, check=True)
         web = (ROOT / "Procfile").read_text().split("web:", 1)[1].splitlines()[0]
         assert web.strip() == "gunicorn -c python:bot.gunicorn_conf 'bot.web.app:create_app()'"
         cmd = [sys.executable, "-m", "gunicorn", "-c", "python:bot.gunicorn_conf"]
