@@ -181,7 +181,7 @@ def test_serve_runs_web_and_worker(tmp_path: Path) -> None:
         while queue_workers()[-1] == first:
             assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.2)
-        assert "the queue worker (pid %d) exited" % first in log.read_text()
+        assert f"the queue worker (pid {first}) exited" in log.read_text()
     finally:
         stop(proc)
     assert proc.returncode == 0, log.read_text()
