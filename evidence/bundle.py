@@ -13,6 +13,7 @@ refused, so whatever reads the manifest reads the same one.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import os
 import shutil
@@ -252,6 +253,30 @@ class Bundle:
             _copy_capped(f, out, cap, f"{self.path}/{rel}", repr(rel))
             return out.getvalue()
 
+    def sha256(self, rel: str) -> str:
+        """The file's SHA-256, streamed (for files of any size up to
+        `limits.max_member_bytes`, which `read` would refuse past `max_json_bytes`)."""
+        rel = _safe_rel(rel)
+        sink = _Hashing()
+        cap = self.limits.max_member_bytes
+        if self._zip is not None:
+            info = self._zip_names.get(self._zip_prefix + rel)
+            if info is None:
+                raise FileNotFoundError(rel)
+            try:
+                with self._zip.open(info) as f:
+                    _copy_capped(f, sink, cap, f"{self.path}/{rel}", repr(rel))  # type: ignore[arg-type]
+            except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+                raise ValueError(f"corrupt member {rel}: {exc}") from exc
+            return sink.h.hexdigest()
+        assert self._root is not None
+        path = self._root / rel
+        if self._tmp is None and not path.resolve().is_relative_to(self._root.resolve()):
+            raise ValueError(f"{rel} leads outside the bundle")
+        with open(path, "rb") as f:
+            _copy_capped(f, sink, cap, f"{self.path}/{rel}", repr(rel))  # type: ignore[arg-type]
+        return sink.h.hexdigest()
+
     def close(self) -> None:
         if self._zip is not None:
             self._zip.close()
@@ -270,6 +295,15 @@ class Bundle:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+class _Hashing:
+    def __init__(self) -> None:
+        self.h = hashlib.sha256()
+
+    def write(self, data: bytes) -> int:
+        self.h.update(data)
+        return len(data)
 
 
 def _copy_capped(src: IO[bytes], dst: IO[bytes], cap: int, where: str, label: str) -> None:

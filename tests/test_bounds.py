@@ -286,6 +286,11 @@ def test_the_reader_refuses_in_the_library_too(bundle: Path, tmp_path: Path) -> 
     with pytest.raises(BoundError, match="more than 100 bytes"):
         Bundle(zipped, Limits(max_bytes=100))
     assert len(load(zipped).runs) == 16
+    import hashlib
+
+    with Bundle(zipped, Limits(max_json_bytes=10)) as b:  # hashing is not parsing
+        want = hashlib.sha256((bundle / "manifest.json").read_bytes()).hexdigest()
+        assert b.sha256("manifest.json") == want
     tar = tmp_path / "t.tar.gz"
     write_targz(tar, tar_entry("manifest.json", b"{}") + tar_entry("a/manifest.json", b"{}"))
     with pytest.raises(InputError, match=r"more than one manifest\.json"):

@@ -1,7 +1,8 @@
 """`POST /api/v1/candidates`: the search harness promotes a candidate (signed JSON).
 
-401 on a bad signature, 422 with the field errors on a malformed body or one the
-repository's `.github/rsi.yml` does not allow (nothing stored), 503 when GitHub cannot
+401 on a bad signature, 422 with the field errors on a malformed body, a value longer
+than its column or holding a NUL character (docs/bounds.md), or one the repository's
+`.github/rsi.yml` does not allow (nothing stored), 503 when GitHub cannot
 be asked for that file (retry with the same delivery id), 202 with the verification id
 otherwise; a repeated `X-RSI-Delivery` gets the first answer.
 """
@@ -9,6 +10,7 @@ otherwise; a repeated `X-RSI-Delivery` gets the first answer.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import orjson
 from flask import Blueprint, Response, current_app, jsonify, request
@@ -16,7 +18,7 @@ from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
 
 from bot import observability
-from bot.models import Delivery
+from bot.models import Delivery, Verification
 from bot.repo_config import Plan
 from bot.services import Services
 from bot.signatures import valid
@@ -25,6 +27,49 @@ from evidence.model import Candidate
 
 log = logging.getLogger(__name__)
 bp = Blueprint("intake", __name__)
+
+
+# Candidate fields stored in a column of their own, and that column.
+_COLUMNS = {
+    "candidate_id": Verification.__table__.c.candidate_id,
+    "repo": Verification.__table__.c.repo,
+    "task": Verification.__table__.c.task,
+    "base_sha": Verification.__table__.c.base_sha,
+    "head.repo": Verification.__table__.c.head_repo,
+    "head.ref": Verification.__table__.c.head_ref,
+    "head.sha": Verification.__table__.c.head_sha,
+}
+INT32_MAX = 2**31 - 1
+
+
+def out_of_bounds(doc: Any, cand: Candidate) -> list[dict[str, str]]:
+    """Values no column can hold: a string longer than its column, a PR number past a
+    32-bit integer, a NUL character in any string (PostgreSQL refuses it in text)."""
+    errors: list[dict[str, str]] = []
+    for name, column in _COLUMNS.items():
+        value: Any = cand
+        for part in name.split("."):
+            value = getattr(value, part)
+        most = getattr(column.type, "length", None)
+        if isinstance(value, str) and most is not None and len(value) > most:
+            errors.append({"field": name, "message": f"longer than {most} characters"})
+    if cand.pull_request is not None and not 1 <= cand.pull_request <= INT32_MAX:
+        errors.append({"field": "pull_request", "message": "not a pull request number"})
+    stack: list[tuple[str, Any]] = [("", doc)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, str):
+            if "\x00" in value:
+                errors.append({"field": where or "(root)", "message": "holds a NUL character"})
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                key = f"{where}.{k}" if where else str(k)
+                if "\x00" in k:
+                    errors.append({"field": key, "message": "key holds a NUL character"})
+                stack.append((key, v))
+        elif isinstance(value, list):
+            stack.extend((f"{where}[{i}]", v) for i, v in enumerate(value))
+    return errors[:20]
 
 
 @bp.post("/api/v1/candidates")
@@ -41,7 +86,8 @@ def candidates() -> tuple[Response, int]:
     if not delivery or len(delivery) > 80:
         return jsonify(error="missing or over-long X-RSI-Delivery"), 400
     try:
-        cand = Candidate.model_validate(orjson.loads(body))
+        doc = orjson.loads(body)
+        cand = Candidate.model_validate(doc)
     except orjson.JSONDecodeError as exc:
         return jsonify(error="body is not JSON", detail=str(exc)), 422
     except ValidationError as exc:
@@ -50,6 +96,10 @@ def candidates() -> tuple[Response, int]:
         ]
         observability.count_delivery("candidate", "rejected")
         return jsonify(error="malformed candidate", errors=errors), 422
+    beyond = out_of_bounds(doc, cand)
+    if beyond:
+        observability.count_delivery("candidate", "rejected")
+        return jsonify(error="malformed candidate", errors=beyond), 422
     key = f"intake:{delivery}"
     with svc.db.session() as s:
         seen = s.get(Delivery, key)

@@ -1,0 +1,62 @@
+"""Intake values no column can hold get 422 naming the field, on SQLite and PostgreSQL
+alike (PostgreSQL refused them with a 500: a string past its column, a NUL)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+
+from bot.models import Verification
+from evidence.synth import HEAD_SHA
+from tests import appkit
+from tests.standin import GitHubStandIn
+from tests.worlds import SHAPES, World, world
+
+
+@pytest.fixture(params=SHAPES)
+def w(request: pytest.FixtureRequest, tmp_path: Path, github: GitHubStandIn) -> Iterator[World]:
+    with world(request.param, tmp_path, github) as x:
+        yield x
+
+
+def _head(**changes: str) -> dict[str, str]:
+    return {"repo": appkit.FORK, "ref": appkit.HEAD_REF, "sha": HEAD_SHA, **changes}
+
+
+CASES: list[tuple[dict[str, Any], str, str]] = [
+    ({"candidate_id": "c" * 201}, "candidate_id", "longer than 200 characters"),
+    ({"task": "t" * 101}, "task", "longer than 100 characters"),
+    ({"repo": "o/" + "r" * 199}, "repo", "longer than 200 characters"),
+    ({"head": _head(ref="b" * 256)}, "head.ref", "longer than 255 characters"),
+    ({"head": _head(repo="o/" + "f" * 199)}, "head.repo", "longer than 200 characters"),
+    ({"head": _head(sha="a" * 65)}, "head.sha", "longer than 64 characters"),
+    ({"pull_request": 2**40}, "pull_request", "not a pull request number"),
+    ({"candidate_id": "r14\x00"}, "candidate_id", "holds a NUL character"),
+    ({"head": _head(ref="rsi/x\x00y")}, "head.ref", "holds a NUL character"),
+    ({"title": "fast\x00er"}, "title", "holds a NUL character"),
+    ({"caveats": ["ok", "n\x00"]}, "caveats[1]", "holds a NUL character"),
+    ({"harness": {"run\x00id": 1}}, "harness.run\x00id", "key holds a NUL character"),
+]
+
+
+@pytest.mark.parametrize(("changes", "field", "message"), CASES)
+def test_a_value_no_column_holds_is_a_422(
+    w: World, changes: dict[str, Any], field: str, message: str
+) -> None:
+    body = appkit.dumps(appkit.candidate(**changes))
+    resp = w.client.post(
+        "/api/v1/candidates", data=body, headers=appkit.intake_headers(body, "d-bounds")
+    )
+    assert resp.status_code == 422, resp.get_data(as_text=True)
+    assert {"field": field, "message": message} in resp.get_json()["errors"]
+    with w.svc.db.session() as s:
+        assert s.scalar(select(func.count()).select_from(Verification)) == 0
+    # The longest values that fit are taken.
+    fits = appkit.candidate(candidate_id="c" * 200, head=_head(ref="rsi/" + "b" * 251))
+    body = appkit.dumps(fits)
+    ok = w.client.post("/api/v1/candidates", data=body, headers=appkit.intake_headers(body, "d-ok"))
+    assert ok.status_code == 202, ok.get_data(as_text=True)
