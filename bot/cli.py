@@ -212,6 +212,9 @@ def serve(host: str, port: int, workers: int, web_workers: int) -> None:
     from bot.db import upgrade
 
     settings = _settings()
+    if port == settings.METRICS_PORT:
+        click.echo(f"rsi-bot serve: METRICS_PORT is {port} too; /metrics needs its own", err=True)
+        sys.exit(2)
     observability.configure_logging(settings)
     upgrade(settings.DATABASE_URL)
     bind = [serving.bind_address(host, port)]

@@ -35,7 +35,10 @@ from bot.config import MetricsSettings
 from bot.serving import bind_address, raise_open_files_limit
 
 _metrics = MetricsSettings()
-bind = [f"0.0.0.0:{os.environ.get('PORT', '8000')}"]
+_port = os.environ.get("PORT", "8000")
+if str(_metrics.METRICS_PORT) == _port:
+    raise SystemExit(f"METRICS_PORT and PORT are both {_port}: /metrics needs a port of its own")
+bind = [f"0.0.0.0:{_port}"]
 if _metrics.METRICS_PORT:
     bind.append(bind_address(_metrics.METRICS_HOST, _metrics.METRICS_PORT))
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))

@@ -315,3 +315,23 @@ def test_slow_clients_do_not_delay_a_webhook(tmp_path: Path, how: str) -> None:
     for lives in closed.values():
         assert len(lives) >= SLOW_CLIENTS // 3, summary
         assert max(lives) <= CUT_OFF_S, summary
+
+
+def test_metrics_need_a_port_of_their_own(tmp_path: Path) -> None:
+    port = free_port()
+    e = env(tmp_path, PYTHONPATH=str(ROOT), METRICS_PORT=str(port), PORT=str(port))
+    serve = subprocess.run(
+        [*CLI, "serve", "--port", str(port)], env=e, cwd=tmp_path, capture_output=True, text=True
+    )
+    assert serve.returncode == 2
+    assert "METRICS_PORT" in serve.stderr
+    gunicorn = [sys.executable, "-m", "gunicorn", "-c", "python:bot.gunicorn_conf"]
+    web = subprocess.run(
+        [*gunicorn, "--check-config", "bot.web.app:create_app()"],
+        env=e,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert web.returncode != 0
+    assert "METRICS_PORT and PORT are both" in web.stdout + web.stderr
