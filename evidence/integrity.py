@@ -10,18 +10,18 @@ benchmark scripts is said plainly, since its change to them was not what was mea
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 
 from evidence.model import Finding, Manifest, Run
 
 
-def check(read: Callable[[str], bytes], manifest: Manifest, gpu: str) -> list[Finding]:
-    """Findings about isolation, survivors, the trusted tree and the files' digests."""
+def check(digest: Callable[[str], str], manifest: Manifest, gpu: str) -> list[Finding]:
+    """Findings about isolation, survivors, the trusted tree and the files' digests
+    (`digest(rel)`: a file's SHA-256, streamed; FileNotFoundError when absent)."""
     out = _isolation(manifest, gpu)
     out += _survivors(manifest, gpu)
     out += _benchmark_tree(manifest, gpu)
-    out += _digests(read, manifest, gpu)
+    out += _digests(digest, manifest, gpu)
     return out
 
 
@@ -103,7 +103,7 @@ def _referenced(m: Manifest) -> set[str]:
     return refs
 
 
-def _digests(read: Callable[[str], bytes], m: Manifest, gpu: str) -> list[Finding]:
+def _digests(digest: Callable[[str], str], m: Manifest, gpu: str) -> list[Finding]:
     if m.digests is None:
         return []  # a runner from before digests
     bad: list[str] = []
@@ -111,7 +111,7 @@ def _digests(read: Callable[[str], bytes], m: Manifest, gpu: str) -> list[Findin
         bad.append(f"{rel} is not listed")
     for rel, want in sorted(m.digests.items()):
         try:
-            got = hashlib.sha256(read(rel)).hexdigest()
+            got = digest(rel)
         except FileNotFoundError:
             bad.append(f"{rel} is missing")
             continue

@@ -151,7 +151,7 @@ def _load_bundle(bundle: Bundle, where: str) -> Source:
         seen.add(run.id)
         src.runs.append(_load_run(bundle, where, gpu, run, order, src.findings))
     src.findings += _unreported(src)
-    src.findings += integrity.check(bundle.read, manifest, gpu)
+    src.findings += integrity.check(bundle.sha256, manifest, gpu)
     return src
 
 
