@@ -11,6 +11,7 @@ import pytest
 
 from evidence.audit import audit
 from evidence.build import Inputs, build
+from evidence.errors import BoundError
 from evidence.load import load
 from evidence.model import Finding, HistoryEntry
 from evidence.policy import Policy
@@ -179,14 +180,24 @@ def test_failed_requests_over_the_guard_are_an_error(bundle: Path) -> None:
     assert "out of memory" in fs[0].message
 
 
-@pytest.mark.parametrize("defect", ["negative", "ttfa-after-end", "wall-short", "overlap"])
+def test_a_negative_gap_is_outside_physical_range(bundle: Path) -> None:
+    """A negative time is no timing to audit: the bundle is refused, naming the field."""
+    rid = run_ids(bundle, "base", "streaming")[2]
+
+    def plant(rows: list[Row], run: dict[str, Any]) -> None:
+        rows[3]["inter_chunk_s"] = [-0.01, *rows[3]["inter_chunk_s"][1:]]
+
+    edit_run(bundle, rid, plant)
+    with pytest.raises(BoundError, match="outside the physical range"):
+        findings(bundle)
+
+
+@pytest.mark.parametrize("defect", ["ttfa-after-end", "wall-short", "overlap"])
 def test_timing_inconsistent(bundle: Path, defect: str) -> None:
     rid = run_ids(bundle, "base", "streaming")[2]
 
     def plant(rows: list[Row], run: dict[str, Any]) -> None:
-        if defect == "negative":
-            rows[3]["inter_chunk_s"] = [-0.01, *rows[3]["inter_chunk_s"][1:]]
-        elif defect == "ttfa-after-end":
+        if defect == "ttfa-after-end":
             rows[4]["audio_ttfp_s"] = rows[4]["latency_s"] + 0.5
         elif defect == "wall-short":
             run["wall_clock_s"] = max(r["latency_s"] for r in rows) - 0.5
