@@ -710,6 +710,36 @@ def _closers(text: str) -> str:
     return out
 
 
+_ANY_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
+_HTML_OPEN = re.compile(r"<(details|pre|div|table|blockquote)\b", re.I)
+_HTML_CLOSE = re.compile(r"</(details|pre|div|table|blockquote)\s*>", re.I)
+
+
+def author_closers(text: str) -> str:
+    """What closes the fence and HTML blocks the author's text leaves open, so that the
+    App's section after it renders on its own (empty when nothing is open)."""
+    fence: str | None = None
+    depth: dict[str, int] = {}
+    for line in text.splitlines():
+        m = _ANY_FENCE.match(line)
+        if fence is None and m and not (m.group(1)[0] == "`" and "`" in m.group(2)):
+            fence = m.group(1)
+            continue
+        if fence is not None:
+            closing = m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence)
+            if closing and m is not None and not m.group(2).strip():
+                fence = None
+            continue
+        for tag in _HTML_OPEN.findall(line):
+            depth[tag.lower()] = depth.get(tag.lower(), 0) + 1
+        for tag in _HTML_CLOSE.findall(line):
+            depth[tag.lower()] = max(0, depth.get(tag.lower(), 0) - 1)
+    out = f"\n{fence}" if fence is not None else ""
+    for tag in ("blockquote", "table", "div", "pre", "details"):
+        out += f"\n</{tag}>" * depth.get(tag, 0)
+    return out + "\n" if out else ""
+
+
 def hard_trim(body: str, tail: str, limit: int) -> str:
     """`body` cut at a line break so that body, a closing note and `tail` fit `limit`."""
     note = _CUT_NOTE.format(limit=limit)
@@ -808,20 +838,22 @@ def replace_pr_section(body: str | None, section: str) -> str:
     (the section is always appended last). Later duplicate sections are removed.
     """
     core = section.strip("\n")
-    if not (core.startswith(SECTION_START) and core.endswith(SECTION_END)):
-        core = f"{SECTION_START}\n{core}\n{SECTION_END}"
+    if core.startswith(SECTION_START) and core.endswith(SECTION_END):
+        core = core[len(SECTION_START) :].lstrip("\n")
+    else:
+        core = f"{core}\n{SECTION_END}"
     text = body or ""
     spans = _section_spans(text)
     if not spans:
         if not text.strip():
-            return core + "\n"
+            return f"{SECTION_START}\n{core}\n"
         sep = "\n" if text.endswith("\n") else "\n\n"
-        return f"{text}{sep}{core}\n"
+        return f"{text}{sep}{SECTION_START}{author_closers(text)}\n{core}\n"
     out, pos = [], 0
     for i, (start, end) in enumerate(spans):
         out.append(text[pos:start])
         if i == 0:
-            out.append(core)
+            out.append(f"{SECTION_START}{author_closers(text[:start])}\n{core}")
         pos = end
     out.append(text[pos:])
     return "".join(out)

@@ -413,3 +413,34 @@ def test_plain_text_of_the_apps_markdown() -> None:
         Reason(R.BUNDLE_REJECTED, {"gpu": "H200", "problem": "<b> & @x [y](z)"})
     )
     assert plain == f"the H200 bundle was rejected: <b> & @{inert.ZWSP}x [y](z)"
+
+
+@pytest.mark.parametrize(
+    "author",
+    [
+        "Fixes the decoder.\n\n<details><summary>notes</summary>\n\nstill open",
+        "Fixes the decoder.\n\n```python\nprint('a fence left open')",
+        "Fixes it.\n\n~~~~\n```\nstill in the tilde fence",
+        "<DETAILS open>\n<details>\n\n</details>\n<pre>\n",
+    ],
+)
+def test_the_authors_open_blocks_cannot_swallow_the_evidence(author: str) -> None:
+    from evidence.render import SECTION_END, SECTION_START, replace_pr_section
+
+    section = f"{SECTION_START}\n## rsi-bot evidence\n\nImproved.\n{SECTION_END}"
+    for body in (author, f"{author}\n\n{section}\n\nThe author's end."):
+        out = replace_pr_section(body, section)
+        assert out.startswith(author)  # the author's text is kept byte for byte
+        tokens = MD.parse(out)
+        headings = [
+            tokens[i + 1].content
+            for i, t in enumerate(tokens)
+            if t.type == "heading_open" and t.level == 0
+        ]
+        assert "rsi-bot evidence" in headings, out
+        # and no HTML block of the author's is open where the section starts (GitHub
+        # would fold the evidence into the author's <details>)
+        before = out[: out.index("## rsi-bot evidence")].lower()
+        for tag in ("details", "pre"):
+            assert before.count(f"<{tag}") == before.count(f"</{tag}>"), (tag, out)
+        assert replace_pr_section(out, section) == out  # idempotent
