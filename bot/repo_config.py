@@ -28,6 +28,7 @@ whether it changed (`If-None-Match`: a 304 costs no rate limit and no parse).
       max_rounds: 10                   # the most rounds one command may ask
       max_running: 2                   # verifications running at once, this repository
     base: keep                         # or main: re-measure when main moves
+    benchmark_ref: v0.1.9              # the benchmark client's tree (default: the base)
 """
 
 from __future__ import annotations
@@ -169,6 +170,18 @@ class RepoConfig(BaseModel):
     )
     thresholds: Thresholds = Field(default_factory=Thresholds)
     base: Literal["keep", "main"] = "keep"
+    # Read by the runner from the base commit's copy of this file: the ref of the
+    # upstream repository whose benchmark scripts measure both sides.
+    benchmark_ref: Annotated[
+        str | None, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
+    ] = None
+
+    @field_validator("benchmark_ref")
+    @classmethod
+    def _a_ref(cls, v: str | None) -> str | None:
+        if v is not None and ".." in v:
+            raise ValueError("a ref name cannot contain '..'")
+        return v
 
     @field_validator("gpus", "modes")
     @classmethod

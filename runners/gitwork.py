@@ -154,6 +154,25 @@ def trusted_tree(co: Checkout, path: Path, repo_src: str, rev: str | None) -> st
     return sha
 
 
+_PIN = re.compile(
+    r"^benchmark_ref:[ \t]*[\"']?([A-Za-z0-9][A-Za-z0-9._/-]{0,199})[\"']?[ \t]*(#.*)?$", re.M
+)
+
+
+def pinned_benchmark_ref(co: Checkout) -> str | None:
+    """`benchmark_ref` of the base commit's `.github/rsi.yml` (a top-level scalar), if any.
+
+    Read from the base — trusted — never from the head, which could otherwise pick the
+    scripts that measure it.
+    """
+    try:
+        text = git("show", f"{co.base_sha}:.github/rsi.yml", cwd=co.repo, timeout=30)
+    except GitError:
+        return None
+    m = _PIN.search(text)
+    return m.group(1) if m and ".." not in m.group(1) else None
+
+
 def changed(co: Checkout, paths: list[str]) -> list[str]:
     """Files under `paths` that differ between base and head (the head's own changes)."""
     if not paths:

@@ -544,7 +544,7 @@ class Verifier:
         """The benchmark client's tree, out of the head's reach; the manifest says which."""
         assert self.workdir is not None
         b = self.task.benchmark
-        ref = self.o.benchmark_ref or b.trusted_ref
+        ref = self.o.benchmark_ref or gitwork.pinned_benchmark_ref(co) or b.trusted_ref
         path = self.workdir / "bench"
         try:
             sha = gitwork.trusted_tree(co, path, self.o.repo, ref)

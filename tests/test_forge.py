@@ -287,3 +287,42 @@ def test_a_process_that_escaped_its_cgroup_is_killed_and_named(tmp_path: Path) -
         outside.kill()
     finally:
         sb.close()
+
+
+def test_the_base_may_pin_the_benchmark_scripts_the_head_cannot(tmp_path: Path) -> None:
+    """`.github/rsi.yml`'s `benchmark_ref`, read from the base commit, picks the tree the
+    client runs from; the same key in the head's copy changes nothing."""
+    dry = ROOT / "runners" / "dry"
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    (repo / "benchmarks").mkdir()
+    (repo / "benchmarks" / "__init__.py").write_text("")
+    pinned = tmp_path / "pinned-client-ran"
+    (repo / "benchmarks" / "client.py").write_text(
+        f"open({str(pinned)!r}, 'w').write('x')\n" + SHIM.format(path=str(dry / "client.py"))
+    )
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "benchmark scripts v1")
+    git(repo, "tag", "bench-v1")
+    (repo / "benchmarks" / "client.py").write_text(SHIM.format(path=str(dry / "client.py")))
+    (repo / "server.py").write_text(SHIM.format(path=str(dry / "server.py")))
+    (repo / "rsi-dry.json").write_text("{}")
+    (repo / ".github").mkdir()
+    (repo / ".github" / "rsi.yml").write_text("rounds: 3\nbenchmark_ref: bench-v1  # pinned\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "base")
+    (repo / ".github" / "rsi.yml").write_text("benchmark_ref: HEAD\n")
+    git(repo, "commit", "-qam", "head: tries to pick its own scripts")
+    base, head = git(repo, "rev-parse", "HEAD~1"), git(repo, "rev-parse", "HEAD")
+    task = tmp_path / "dry-forge.toml"
+    task.write_text(TASK)
+    out = tmp_path / "bundle"
+    cmd = runner_cmd(repo, base, head, out, "--task", str(task), "--rounds", "1")
+    r = subprocess.run(cmd, cwd=ROOT, env=runner_env(), capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    tree = json.loads((out / "manifest.json").read_text())["benchmark_tree"]
+    assert tree["source"] == "pinned"
+    assert tree["ref"] == "bench-v1"
+    assert tree["sha"] == git(repo, "rev-parse", "bench-v1")
+    assert pinned.exists()

@@ -436,3 +436,12 @@ def test_concurrent_gets(github: GitHubStandIn, gh_app: GitHubApp, iid: int) -> 
         t.join()
     assert seen == [6] * 12
     assert {r.status for r in _reads(github)} <= {200, 304}
+
+
+def test_benchmark_ref_is_a_ref_name() -> None:
+    assert parse("benchmark_ref: v0.1.9\n").config.benchmark_ref == "v0.1.9"
+    for bad in ("../etc", "-x", "a b", "x..y"):
+        res = parse(f"benchmark_ref: '{bad}'\n")
+        assert res.config.benchmark_ref is None
+        assert res.problems, bad
+        assert res.problems[0].field == "benchmark_ref"
