@@ -156,6 +156,13 @@ def parser() -> argparse.ArgumentParser:
         type=_users,
         help="the sides' users (default: base=rsi-base,head=rsi-head)",
     )
+    opt.add_argument(
+        "--cpu-placement",
+        choices=("split", "none"),
+        default="split",
+        help="split (default): server and client on disjoint halves of the job's cores, "
+        "near the GPU; none: wherever the scheduler puts them",
+    )
     iso.add_argument(
         "--benchmark-ref",
         help="ref of --repo the benchmark client runs from (default: the task's "
@@ -307,6 +314,7 @@ def _verify(args: argparse.Namespace) -> int:
         isolation=args.isolation,
         candidate_users=args.candidate_users,
         benchmark_ref=args.benchmark_ref,
+        cpu_placement=args.cpu_placement,
     )
     if args.python:
         opts.python = args.python

@@ -42,6 +42,7 @@ from runners import (
     gitwork,
     host,
     outputs,
+    placement,
     proc,
     sandbox,
     schedule,
@@ -86,6 +87,7 @@ class Options:
     isolation: str = "cgroup"  # runners/sandbox.py; "none" only when asked for
     candidate_users: dict[str, str] | None = None  # side -> user (default rsi-base/rsi-head)
     benchmark_ref: str | None = None  # the trusted tree's ref (default: task's, else base)
+    cpu_placement: str = "split"  # runners/placement.py: server and client on disjoint cores
 
 
 class Interrupted(BaseException):
@@ -238,6 +240,7 @@ class Verifier:
         self.warnings: list[str] = []
         self.worktrees: dict[str, Path] = {}
         self.bench_tree: Path | None = None
+        self.placement: placement.Placement | None = None
         self.sandbox = sandbox.Sandbox("none", {}, None, Path("."))
         self.env_base, self.scrubbed = proc.scrub_env(os.environ)
         self._pending: int | None = None
@@ -406,6 +409,7 @@ class Verifier:
                 self.workdir = self._make_workdir()
                 self._isolate()
                 self.backend = self._backend()
+                self._place()
                 try:
                     co = gitwork.checkout(self.workdir, o.repo, o.base, o.head_repo, o.head)
                 except gitwork.GitError as exc:
@@ -539,6 +543,19 @@ class Verifier:
                 f"{self.o.python} ({why[-1] if why else f'exit code {r.returncode}'}): make "
                 "the interpreter and its folders readable by it, or give --python"
             )
+
+    def _place(self) -> None:
+        """Disjoint cores for server and client, from the GPU's NUMA node if known."""
+        if self.o.cpu_placement != "split":
+            self.bundle.update(placement={"mode": "none"})
+            return
+        node = placement.gpu_numa_node(self.backend.indices()) if self.gpu != "cpu" else None
+        near = placement.node_cpus(node) if node is not None else None
+        self.placement = placement.plan(host.cpuset(), near, node)
+        if self.placement is None:
+            self.bundle.update(placement={"mode": "none", "reason": "fewer than two cores"})
+            return
+        self.bundle.update(placement=self.placement.describe())
 
     def _trusted_tree(self, co: gitwork.Checkout) -> None:
         """The benchmark client's tree, out of the head's reach; the manifest says which."""
@@ -854,6 +871,7 @@ class Verifier:
                 )
             except OSError as exc:
                 raise RunFailure("start-failed", f"the server could not be started: {exc}") from exc
+            placement.pin(server.pid, self.placement.server if self.placement else None)
             monitor.start()
             info["startup_s"] = round(self._wait_healthy(server, health, run_deadline), 4)
 
@@ -1076,6 +1094,7 @@ class Verifier:
         assert self.bench_tree is not None
         try:
             c = proc.Process(argv, self.bench_tree, env, log, f"--- {what}\n$ {shlex.join(argv)}")
+            placement.pin(c.pid, self.placement.client if self.placement else None)
         except OSError as exc:
             raise RunFailure(
                 "client-failed", f"the {what} client could not be started: {exc}", "client"
