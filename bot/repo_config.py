@@ -24,6 +24,10 @@ whether it changed (`If-None-Match`: a 304 costs no rate limit and no parse).
       text_ttft_p95_pct: 10.0          # streaming ASR: first transcript text
       wer_increase: 0.01
       failure_rate: 0.01
+    guards:
+      other_rows_pct: 10.0             # the primary metric and request throughput in the
+                                       # other mode or at another concurrency: a regression
+                                       # past this lowers the verdict
     budget:
       max_rounds: 10                   # the most rounds one command may ask
       max_running: 2                   # verifications running at once, this repository
@@ -134,6 +138,16 @@ class Thresholds(BaseModel):
     )
 
 
+class Guards(BaseModel):
+    model_config = _STRICT
+
+    other_rows_pct: Pct = Field(
+        default=10.0,
+        description="regression of the primary metric or request throughput on a row that "
+        "is not primary (another mode or concurrency) that lowers the verdict, percent",
+    )
+
+
 class Budget(BaseModel):
     model_config = _STRICT
 
@@ -169,12 +183,13 @@ class RepoConfig(BaseModel):
         default_factory=lambda: list[ModeName](["streaming", "non-streaming"])
     )
     thresholds: Thresholds = Field(default_factory=Thresholds)
+    guards: Guards = Field(default_factory=Guards)
     base: Literal["keep", "main"] = "keep"
     # Read by the runner from the base commit's copy of this file: the ref of the
     # upstream repository whose benchmark scripts measure both sides.
-    benchmark_ref: Annotated[
-        str | None, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
-    ] = None
+    benchmark_ref: Annotated[str | None, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")] = (
+        None
+    )
 
     @field_validator("benchmark_ref")
     @classmethod
@@ -207,6 +222,7 @@ class RepoConfig(BaseModel):
                 "guard_text_ttft_p95_pct": t.text_ttft_p95_pct,
                 "wer_increase_max": t.wer_increase,
                 "failure_rate_max": t.failure_rate,
+                "guard_other_rows_pct": self.guards.other_rows_pct,
             }
         )
 
@@ -271,7 +287,8 @@ class RepoConfig(BaseModel):
             f"practical threshold {t.practical_pct:g}%; guards latency p95 "
             f"{t.latency_p95_pct:g}%, TTFA p95 {t.ttfa_p95_pct:g}%, text TTFT p95 "
             f"{t.text_ttft_p95_pct:g}%, WER +{t.wer_increase:g}, "
-            f"failure rate {t.failure_rate:g}; approval {self.approval}; at most "
+            f"failure rate {t.failure_rate:g}, other rows "
+            f"{self.guards.other_rows_pct:g}%; approval {self.approval}; at most "
             f"{self.budget.max_rounds} rounds a command and {self.budget.max_running} "
             f"verification(s) at once; base {self.base}"
         )

@@ -2,7 +2,8 @@
 
 Primary rows (the claim's metric and mode on every GPU and concurrency; without a claim,
 request throughput everywhere) are Holm-corrected and decide the verdict. Other rows keep
-their own 95% intervals and decide nothing except through guards (latency and TTFA p95).
+their own 95% intervals and decide nothing except through guards (latency and TTFA p95
+everywhere; the primary metric and request throughput on the rows that are not primary).
 """
 
 from __future__ import annotations
@@ -159,8 +160,16 @@ def _correct_primary(rows: list[StudyRow], comps: list[Comparison], policy: Poli
 
 
 def _apply_guards(rows: list[StudyRow], policy: Policy) -> None:
+    """Guarded rows: the tail latencies everywhere, and the primary metric and request
+    throughput on every row that is not primary (another mode or concurrency). A row
+    regressed past its guard lowers the verdict."""
+    pmetric = next((r.metric for r in rows if r.primary), "throughput_qps")
     for r in rows:
         limit = policy.guard_pct(r.metric)
+        if limit is None and not r.primary:
+            limit = policy.guard_other_pct(r.metric, pmetric)
+            r.guard = r.guard or limit is not None
         if limit is None or r.delta_pct is None:
             continue
-        r.guard_failed = r.verdict == "regressed" and r.delta_pct > limit
+        loss = r.delta_pct if r.better == "lower" else -r.delta_pct
+        r.guard_failed = r.verdict == "regressed" and loss > limit

@@ -28,7 +28,8 @@ def decide(rows: list[StudyRow], findings: list[Finding]) -> tuple[Overall, str]
     if guards:
         g = guards[0]
         return "regressed", (
-            f"{_where(g)}: guard {g.label} rose {g.delta_pct:+.1f}%, past its threshold"
+            f"{_where(g)}: guard {g.label} {'rose' if g.better == 'lower' else 'fell'} "
+            f"{g.delta_pct:+.1f}%, past its threshold"
         )
     imp = [r for r in rows if r.primary and r.verdict == "improved"]
     if imp:
