@@ -149,7 +149,7 @@ def test_a_second_verification_edits_the_same_comment(
     finish_run(app, client, github, tmp_path, first, "w-1")
     pr = verification(app, first).pr_number
     github.add_comments(appkit.UPSTREAM, pr, 120, body="a reviewer's remark")  # pages 2+
-    second = promote(client, "d-2", pull_request=pr)["verification_id"]
+    second = promote(client, "d-2", pull_request=pr, candidate_id="r15")["verification_id"]
     finish_run(app, client, github, tmp_path / "2", second, "w-2", speedup=0.0, seed=9)
     assert verification(app, second).state == "published"
     ours = [c for c in github.comments_on(appkit.UPSTREAM, pr) if COMMENT_MARKER in c.body]
@@ -284,7 +284,7 @@ def test_one_verification_costs_at_most_twelve_github_requests(
     before = len(github.requests)
     github.add_branch(appkit.FORK, "rsi/other-change", HEAD_SHA)
     head = {"repo": appkit.FORK, "ref": "rsi/other-change", "sha": HEAD_SHA}
-    second = promote(client, "counted", head=head)["verification_id"]
+    second = promote(client, "counted", head=head, candidate_id="counted")["verification_id"]
     finish_run(app, client, github, tmp_path / "2", second, "counted")
     assert verification(app, second).state == "published"
     api = [r for r in github.requests[before:] if not r.path.startswith("/_blobs/")]

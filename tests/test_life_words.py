@@ -276,7 +276,7 @@ def test_repo_config_decides_what_intake_runs(w: World) -> None:
 
     with w.svc.db.session() as s:
         counts = (s.query(Verification).count(), s.query(Delivery).count())
-    body = appkit.dumps(appkit.candidate(gpus=["H100"]))
+    body = appkit.dumps(appkit.candidate(candidate_id="on-h100", gpus=["H100"]))
     resp = w.client.post(
         "/api/v1/candidates", data=body, headers=appkit.intake_headers(body, "d-h100")
     )
@@ -440,7 +440,7 @@ def test_one_verification_with_attribution_costs_at_most_twelve_requests(
         before = len(github.requests)
         github.add_branch(appkit.FORK, "rsi/other-change", HEAD_SHA)
         head = {"repo": appkit.FORK, "ref": "rsi/other-change", "sha": HEAD_SHA}
-        vid = x.promote("counted", head=head)
+        vid = x.promote("counted", head=head, candidate_id="counted")
         x.finish(vid)
         v = x.verification(vid)
         assert v.state == "published", x.reason(vid)

@@ -5,17 +5,27 @@ than its column or holding a NUL character (docs/bounds.md), or one the reposito
 `.github/rsi.yml` does not allow (nothing stored), 503 when GitHub cannot
 be asked for that file (retry with the same delivery id), 202 with the verification id
 otherwise; a repeated `X-RSI-Delivery` gets the first answer.
+
+A candidate is promoted once per repository, by its `candidate_id`: the same candidate
+sent again under a new delivery id starts nothing and gets 200 with the verification it
+started (`"replayed": true`); the same `candidate_id` with other commits (base or head
+SHA) is a 409. Intakes of one candidate are serialised in the transaction that creates
+its verification (PostgreSQL: an advisory lock on the repository and candidate id;
+SQLite: its one write lock, taken before the lookup).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from typing import Any
 
 import orjson
 from flask import Blueprint, Response, current_app, jsonify, request
 from pydantic import ValidationError
+from sqlalchemy import select, text
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from bot import observability
 from bot.models import Delivery, Verification
@@ -72,6 +82,61 @@ def out_of_bounds(doc: Any, cand: Candidate) -> list[dict[str, str]]:
     return errors[:20]
 
 
+def lock_key(repo: str, candidate_id: str) -> int:
+    """A stable signed 64-bit key for one candidate of one repository (PostgreSQL's
+    advisory locks take a bigint)."""
+    digest = hashlib.blake2b(
+        f"rsi-intake\x00{repo}\x00{candidate_id}".encode(), digest_size=8
+    ).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def hold_candidate(s: Session, repo: str, candidate_id: str) -> None:
+    """Serialise the intakes of this candidate until the transaction ends, so that the
+    lookup after it sees any verification another intake of it committed."""
+    if s.get_bind().dialect.name == "postgresql":
+        s.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": lock_key(repo, candidate_id)})
+    else:
+        # SQLite has one writer: a write that changes nothing takes its lock now, and the
+        # transaction's reads start after it.
+        s.execute(text("UPDATE verifications SET id = id WHERE 0"))
+
+
+def promoted(s: Session, repo: str, candidate_id: str) -> Verification | None:
+    """The verification an earlier intake of this candidate started."""
+    return s.scalar(
+        select(Verification)
+        .where(
+            Verification.repo == repo,
+            Verification.candidate_id == candidate_id,
+            Verification.trigger == "intake",
+        )
+        .order_by(Verification.created_at, Verification.id)
+        .limit(1)
+    )
+
+
+def replayed(svc: Services, cand: Candidate, v: Verification) -> tuple[Response, int]:
+    """The answer to a candidate promoted before: its verification, or a 409 when the
+    commits differ (a changed candidate needs an id of its own)."""
+    if (v.base_sha, v.head_sha) != (cand.base_sha, cand.head.sha):
+        observability.count_delivery("candidate", "rejected")
+        return jsonify(
+            error=f"candidate {cand.candidate_id!r} of {cand.repo} was promoted before with "
+            f"other commits (base {v.base_sha}, head {v.head_sha}); a changed candidate "
+            "needs a candidate_id of its own",
+            verification_id=v.id,
+        ), 409
+    observability.count_delivery("candidate", "duplicate")
+    log.info("candidate %s promoted again: verification %s", cand.candidate_id, v.id)
+    return jsonify(
+        verification_id=v.id,
+        pull_request=v.pr_number,
+        report_url=svc.report_url(v.id),
+        replayed=True,
+    ), 200
+
+
 @bp.post("/api/v1/candidates")
 def candidates() -> tuple[Response, int]:
     svc: Services = current_app.extensions["rsi"]
@@ -106,6 +171,9 @@ def candidates() -> tuple[Response, int]:
         if seen is not None:
             observability.count_delivery("candidate", "duplicate")
             return jsonify(seen.result or {}), 202
+        earlier = promoted(s, cand.repo, cand.candidate_id)
+        if earlier is not None:  # no need to ask GitHub for the configuration
+            return replayed(svc, cand, earlier)
     try:
         plan = svc.repo_config(cand.repo).config.plan(gpus=cand.gpus or None)
     except Exception as exc:
@@ -122,6 +190,10 @@ def candidates() -> tuple[Response, int]:
         ), 422
     try:
         with svc.db.session() as s:
+            hold_candidate(s, cand.repo, cand.candidate_id)
+            earlier = promoted(s, cand.repo, cand.candidate_id)
+            if earlier is not None:  # another intake of it committed meanwhile
+                return replayed(svc, cand, earlier)
             v = store.create(
                 s,
                 store.NewVerification(
