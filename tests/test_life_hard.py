@@ -212,15 +212,25 @@ def test_a_bundle_that_crashes_the_engine_ends_failed_and_is_kept(
 
 
 def test_a_full_artifact_store_ends_failed(w: World, monkeypatch: pytest.MonkeyPatch) -> None:
-    def full(*_: object, **__: object) -> None:
+    """The store refuses the bundle's copy (bundles are streamed from a file into it)."""
+    refused: list[str] = []
+
+    def full(key: str, *_: object, **__: object) -> None:
+        refused.append(key)
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(w.svc.store, "put_bytes", full)
+    monkeypatch.setattr(w.svc.store, "put_file", full)
     vid = w.promote()
     w.finish(vid)
-    _ended(w, vid)
+    v = _ended(w, vid)
+    assert set(refused) == {f"bundles/{vid}/h200.zip"}  # the store was asked, and refused
     assert "No space left on device" in w.reason(vid)
     assert "`Ingest`" in w.reason(vid)
+    assert not w.svc.store.exists(f"bundles/{vid}/h200.zip")
+    assert [j.bundle_key for j in v.jobs] == [None]
+    with w.svc.db.session() as s:
+        left = s.query(Effect).filter(Effect.verification_id == vid, Effect.done_at.is_(None))
+        assert left.count() == 0  # nothing retries for ever
 
 
 def test_github_unreachable_ends_failed_with_the_reason_recorded(w: World) -> None:
