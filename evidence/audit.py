@@ -17,7 +17,7 @@ import pandas as pd
 from scipy import stats
 
 from evidence.asr import SEEDTTS, TRANSCRIBE_DIARIZE
-from evidence.load import LoadedRun, Source
+from evidence.load import LoadedRun, Source, common_scored
 from evidence.model import Finding, HistoryEntry, Severity
 from evidence.policy import Policy
 from evidence.table import requests_table
@@ -85,6 +85,7 @@ def audit(
         findings += _sample_sets(src)
         findings += _failed_requests(src, policy)
         findings += _length_shift(src, policy, requests_table([src]))
+        findings += _accuracy_coverage(src, policy)
         findings += _accuracy(src, policy)
     order = {"error": 0, "warning": 1, "info": 2}
     return sorted(findings, key=lambda f: (order[f.severity], f.gpu or "", f.code))
@@ -827,9 +828,91 @@ def _length_shift(src: Source, policy: Policy, table: pd.DataFrame) -> list[Find
     return out
 
 
-def _accuracy(src: Source, policy: Policy) -> list[Finding]:
+def _accuracy_coverage(src: Source, policy: Policy) -> list[Finding]:
+    """Transcriptions failed or missing from the accuracy outputs, per side; and sides
+    whose accuracy outputs cover different samples.
+
+    A failed row is one not scored (`is_success` false, or no rate); a missing one is a
+    request of the run's speed records that its accuracy file does not name. Rows read
+    from the request records themselves (the ASR benchmarks) are the requests, which
+    `failed-requests` already counts.
+    """
     out: list[Finding] = []
     for (mode, conc), runs in _configs(src).items():
+        sel = [lr for lr in runs if lr.wer is not None and lr.run.status == "ok"]
+        if not sel:
+            continue
+        covered: dict[str, set[str]] = {"base": set(), "head": set()}
+        for side in ("base", "head"):
+            mine = [lr for lr in sel if lr.run.side == side]
+            total = failed = missing = 0
+            examples: list[str] = []
+            for lr in mine:
+                w = lr.wer
+                assert w is not None
+                in_file = set(w.ids)
+                asked = set(lr.records.ids) if lr.records is not None else set()
+                lost = sorted(asked - in_file) if asked & in_file else []
+                covered[side] |= in_file
+                covered[side].update(lost)
+                if lr.run.files.wer is None:
+                    continue
+                scored = w.success & np.isfinite(w.wer)
+                bad = [i for i, ok in zip(w.ids, scored.tolist(), strict=True) if not ok]
+                total += len(w.ids) + len(lost)
+                failed += len(bad)
+                missing += len(lost)
+                examples += (bad + lost)[: MAX_IDS - len(examples)]
+            if not failed + missing:
+                continue
+            rate = (failed + missing) / total
+            sev: Severity = "error" if rate > policy.failure_rate_max else "warning"
+            measure = (mine[0].wer.measure if mine[0].wer else "wer").upper()
+            out.append(
+                _f(
+                    "accuracy-failed",
+                    sev,
+                    f"{failed + missing} of {total} {side} transcriptions at "
+                    f"{_cfg(mode, conc)} were not scored ({failed} failed, {missing} missing "
+                    f"from the accuracy file; {100 * rate:.2f}%, guard "
+                    f"{100 * policy.failure_rate_max:.2f}%); {measure} is compared over the "
+                    "samples both sides scored.",
+                    src,
+                    [lr.run.id for lr in mine],
+                    examples,
+                    failed=failed,
+                    missing=missing,
+                    total=total,
+                    rate=round(rate, 6),
+                    side=side,
+                )
+            )
+        b, h = covered["base"], covered["head"]
+        speed_differs = _side_ids(runs, "base") != _side_ids(runs, "head")
+        if b and h and b != h and not speed_differs:  # else sample-set-mismatch says it
+            only_b, only_h = sorted(b - h), sorted(h - b)
+            out.append(
+                _f(
+                    "accuracy-sample-set-mismatch",
+                    "error",
+                    f"{_cfg(mode, conc)}: the accuracy outputs of base and head cover "
+                    f"different samples ({len(only_b)} only in base, {len(only_h)} only in "
+                    "head), so their error rates do not measure the same work.",
+                    src,
+                    [lr.run.id for lr in sel],
+                    only_b[:5] + only_h[:5],
+                    only_base=len(only_b),
+                    only_head=len(only_h),
+                )
+            )
+    return out
+
+
+def _accuracy(src: Source, policy: Policy) -> list[Finding]:
+    """A WER (CER) rise past the guard, over the samples both sides scored."""
+    out: list[Finding] = []
+    for (mode, conc), runs in _configs(src).items():
+        keep = common_scored(runs)
         per: dict[str, dict[str, list[float]]] = {
             "base": defaultdict(list),
             "head": defaultdict(list),
@@ -840,7 +923,7 @@ def _accuracy(src: Source, policy: Policy) -> list[Finding]:
                 continue
             measure = lr.wer.measure.upper()
             for i, w, ok in zip(lr.wer.ids, lr.wer.wer, lr.wer.success, strict=True):
-                if ok and w == w:
+                if ok and w == w and (keep is None or i in keep):
                     per[lr.run.side][i].append(float(w))
         if not per["base"] or not per["head"]:
             continue

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+import numpy as np
 import orjson
 from pydantic import ValidationError
 
@@ -43,7 +44,7 @@ from evidence.records import (
     parse_server,
     parse_speed,
 )
-from evidence.rounds import run_metrics
+from evidence.rounds import accuracy_metrics, run_metrics
 
 T = TypeVar("T")
 
@@ -151,6 +152,7 @@ def _load_bundle(bundle: Bundle, where: str) -> Source:
         seen.add(run.id)
         src.runs.append(_load_run(bundle, where, gpu, run, order, src.findings))
     src.findings += _unreported(src)
+    _accuracy_over_common_samples(src)
     src.findings += integrity.check(bundle.sha256, manifest, gpu)
     return src
 
@@ -255,6 +257,36 @@ def _load_run(
     _check_parsed({k: f"{where}/{v}" for k, v in wanted.items() if v}, lr)
     lr.metrics = run_metrics(lr.records, run.wall_clock_s, lr.server, lr.wer)
     return lr
+
+
+def common_scored(runs: list[LoadedRun]) -> set[str] | None:
+    """The samples that every `ok` run of both sides scored in its accuracy output: the
+    only ones whose error rates are compared. None unless both sides have one."""
+    sets: dict[str, list[set[str]]] = {"base": [], "head": []}
+    for lr in runs:
+        if lr.wer is not None and lr.run.status == "ok":
+            sets[lr.run.side].append(lr.wer.scored())
+    if not sets["base"] or not sets["head"]:
+        return None
+    return set.intersection(*sets["base"], *sets["head"])
+
+
+def _accuracy_over_common_samples(src: Source) -> None:
+    """Each run's WER (CER) over the samples both sides scored, so that a sample one side
+    failed to transcribe moves neither side's figure; the audit counts the failures."""
+    by_config: dict[tuple[str, int], list[LoadedRun]] = {}
+    for lr in src.runs:
+        by_config.setdefault((lr.run.mode, lr.run.concurrency), []).append(lr)
+    for runs in by_config.values():
+        keep = common_scored(runs)
+        if keep is None:
+            continue
+        for lr in runs:
+            w = lr.wer
+            if w is None or lr.run.status != "ok":
+                continue
+            if len(keep) < int((w.success & np.isfinite(w.wer)).sum()):
+                lr.metrics.update(accuracy_metrics(w.restrict(keep)))
 
 
 def _unreported(src: Source) -> list[Finding]:

@@ -266,6 +266,24 @@ class WerRecords:
     summary: dict[str, Any] | None
     measure: str = "wer"
 
+    def scored(self) -> set[str]:
+        """The samples this file scored: transcribed, with a finite rate."""
+        ok = self.success & np.isfinite(self.wer)
+        return {i for i, x in zip(self.ids, ok.tolist(), strict=True) if x}
+
+    def restrict(self, keep: set[str]) -> WerRecords:
+        """The same file over the samples in `keep` only."""
+        sel = np.fromiter((i in keep for i in self.ids), dtype=np.bool_, count=len(self.ids))
+        return WerRecords(
+            [i for i, x in zip(self.ids, sel.tolist(), strict=True) if x],
+            self.success[sel],
+            self.wer[sel],
+            self.ref_words[sel],
+            self.errors_count[sel],
+            self.summary,
+            self.measure,
+        )
+
     def corpus(self) -> float | None:
         """Σ edits / Σ reference words over the scored samples, as SGLang-Omni's
         `wer_corpus`. None (missing) unless every scored sample has both counts and

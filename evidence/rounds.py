@@ -64,12 +64,15 @@ def run_metrics(
         rtf = records.cols["rtf"][ok]
         out["rtf_mean"] = _mean(rtf[(rtf > 0) & np.isfinite(rtf)])
     if wer is not None:
-        w = wer.wer[wer.success]
-        if wer.measure == "cer":
-            out["cer_mean"] = _mean(w)
-        else:
-            out["wer_mean"] = _mean(w)
-            out["wer_corpus"] = wer.corpus()
+        out.update(accuracy_metrics(wer))
     out["startup_s"] = _num(server, "startup_s")
     out["peak_vram_mib"] = _num(server, "peak_vram_mib")
     return out
+
+
+def accuracy_metrics(wer: WerRecords) -> dict[str, float | None]:
+    """A run's error rates: the mean per-sample rate and, for WER, the corpus rate."""
+    w = wer.wer[wer.success]
+    if wer.measure == "cer":
+        return {"cer_mean": _mean(w)}
+    return {"wer_mean": _mean(w), "wer_corpus": wer.corpus()}
