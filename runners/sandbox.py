@@ -8,7 +8,9 @@ of its own. When a run ends the runner kills the whole cgroup — a double-forke
 daemon is still in it — and then checks that no process of that user is left anywhere;
 a survivor fails the run (`process-survived`). Each side's worktree, home and caches
 belong to its user alone (0700); the bundle, the logs and the client's output belong to
-the runner. Files the user left in /tmp and /dev/shm are removed after each run.
+the runner. What the user left in the shared folders (/tmp, /var/tmp, /dev/shm, /run/lock,
+at any depth) and its System V shared memory, queues and semaphores are removed after
+each command: they outlive its processes.
 
 `--isolation none` runs candidates as the runner's own user, as before; the manifest says
 so and the evidence carries an error. Nothing else falls back silently: a machine that
@@ -17,11 +19,13 @@ cannot isolate is refused with what to fix (runners/README.md, "The runner machi
 
 from __future__ import annotations
 
+import ctypes
 import os
 import pwd
 import secrets
 import shutil
 import signal
+import stat
 import sys
 import time
 from collections.abc import Iterator, Mapping
@@ -33,7 +37,18 @@ from typing import Any
 MODES = ("cgroup", "none")
 DEFAULT_USERS = {"base": "rsi-base", "head": "rsi-head"}
 ENTER = Path(__file__).resolve().parent / "_enter.py"
-SHARED_DIRS = (Path("/tmp"), Path("/dev/shm"), Path("/var/tmp"))
+# Folders every user may write in; /var/lock is usually /run/lock. What a candidate left
+# in them (at any depth: /tmp/.X11-unix is everyone's too) is removed after each command.
+SHARED_DIRS = (
+    Path("/tmp"),
+    Path("/dev/shm"),
+    Path("/var/tmp"),
+    Path("/run/lock"),
+    Path("/var/lock"),
+    Path("/dev/mqueue"),
+)
+_IPC_RMID = 0
+_IPC_KINDS = ("shm", "msg", "sem")  # /proc/sysvipc/<kind>
 
 
 class SandboxError(RuntimeError):
@@ -136,6 +151,73 @@ class Group:
             time.sleep(0.05)
         with suppress(OSError):
             self.path.rmdir()
+
+
+def clean_shared(uid: int, dirs: tuple[Path, ...] = SHARED_DIRS) -> None:
+    """Remove what `uid` left in the machine's shared folders, and in any folder in them
+    that everyone may write in (a sticky `/tmp/.X11-unix`), however deep."""
+    seen: set[tuple[int, int]] = set()
+
+    def walk(d: Path, depth: int) -> None:
+        try:
+            st = d.lstat()
+            entries = list(d.iterdir())
+        except OSError:
+            return
+        if (st.st_dev, st.st_ino) in seen:
+            return
+        seen.add((st.st_dev, st.st_ino))
+        for p in entries:
+            try:
+                pst = p.lstat()
+            except OSError:
+                continue
+            try:
+                if pst.st_uid == uid:
+                    if stat.S_ISDIR(pst.st_mode):
+                        shutil.rmtree(p, ignore_errors=True)
+                    else:
+                        p.unlink()
+                elif stat.S_ISDIR(pst.st_mode) and pst.st_mode & 0o002 and depth < 8:
+                    walk(p, depth + 1)
+            except OSError:
+                continue
+
+    for d in dirs:
+        walk(d, 0)
+
+
+def remove_ipc(uid: int) -> list[str]:
+    """Remove the System V shared memory, message queues and semaphores that `uid` made
+    or owns: they outlive every process (memory the base's runs would lack). Returns
+    what was removed (`shm 123`)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return []
+    ctl = {"shm": libc.shmctl, "msg": libc.msgctl, "sem": libc.semctl}
+    removed: list[str] = []
+    for kind in _IPC_KINDS:
+        try:
+            lines = Path(f"/proc/sysvipc/{kind}").read_text(encoding="ascii").splitlines()
+        except OSError:
+            continue
+        if not lines:
+            continue
+        cols = lines[0].split()
+        for line in lines[1:]:
+            row = dict(zip(cols, line.split(), strict=False))
+            try:
+                ident = int(row[f"{kind}id" if kind != "msg" else "msqid"])
+                owners = {int(row["uid"]), int(row["cuid"])}
+            except (KeyError, ValueError):
+                continue
+            if uid not in owners:
+                continue
+            args = (ident, 0, _IPC_RMID, None) if kind == "sem" else (ident, _IPC_RMID, None)
+            if ctl[kind](*args) == 0:
+                removed.append(f"{kind} {ident}")
+    return removed
 
 
 class Sandbox:
@@ -303,25 +385,9 @@ class Sandbox:
             with suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         survivors: list[dict[str, Any]] = [{"pid": pid, "command": cmd} for pid, cmd in found]
-        self._clean_shared(a.uid)
+        clean_shared(a.uid)
+        remove_ipc(a.uid)
         return survivors
-
-    def _clean_shared(self, uid: int) -> None:
-        for d in SHARED_DIRS:
-            try:
-                entries = list(d.iterdir())
-            except OSError:
-                continue
-            for p in entries:
-                try:
-                    if p.lstat().st_uid != uid:
-                        continue
-                    if p.is_dir() and not p.is_symlink():
-                        shutil.rmtree(p, ignore_errors=True)
-                    else:
-                        p.unlink()
-                except OSError:
-                    continue
 
     def close(self) -> None:
         """End every group left and remove this verification's cgroup."""
