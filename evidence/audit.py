@@ -202,15 +202,17 @@ def _environment(src: Source) -> list[Finding]:
             else []
         )
     out: list[Finding] = []
+    # A key one side records and the other does not is a difference too: a fact that
+    # could not be read on one side cannot show that the sides ran alike.
     hard = ("gpu_name", "gpu_count", "driver", "cuda", "image", "image_digest")
-    diff = [k for k in hard if k in base and k in head and base[k] != head[k]]
+    diff = [k for k in hard if base.get(k) != head.get(k)]
     if diff:
         out.append(
             _f(
                 "environment-mismatch",
                 "error",
                 "Base and head ran on different "
-                + ", ".join(f"{k} ({base[k]} vs {head[k]})" for k in diff)
+                + ", ".join(f"{k} ({_env_value(base, k)} vs {_env_value(head, k)})" for k in diff)
                 + ": the difference may be the machine, not the change.",
                 src,
                 fields=",".join(diff),
@@ -224,8 +226,8 @@ def _environment(src: Source) -> list[Finding]:
     pb, ph = base.get("packages") or {}, head.get("packages") or {}
     pk = sorted(k for k in set(pb) | set(ph) if pb.get(k) != ph.get(k))
     if soft or pk:
-        parts = [f"{k} ({base.get(k)} vs {head.get(k)})" for k in soft]
-        parts += [f"{k} {pb.get(k)} vs {ph.get(k)}" for k in pk]
+        parts = [f"{k} ({_env_value(base, k)} vs {_env_value(head, k)})" for k in soft]
+        parts += [f"{k} {_env_value(pb, k)} vs {_env_value(ph, k)}" for k in pk]
         out.append(
             _f(
                 "environment-mismatch",
@@ -236,6 +238,11 @@ def _environment(src: Source) -> list[Finding]:
             )
         )
     return out
+
+
+def _env_value(env: dict[str, object], key: str) -> object:
+    v = env.get(key)
+    return "not recorded" if v is None else v
 
 
 def _interleaving(src: Source) -> list[Finding]:

@@ -1,10 +1,16 @@
 """The environment each side ran in, so a difference of machine shows as one.
 
-Machine facts (GPU name and count, driver, CUDA, CPU, container image) are read once,
-for the GPUs CUDA_VISIBLE_DEVICES gives the job (`runners/devices.py`);
-Python and package versions are read per side by running the side's own interpreter in
-its worktree, so they reflect what that side imported. The keys follow bundle.md; the
-evidence engine reports any difference between the sides.
+Machine facts (GPU name and count, driver, CUDA, GPU clocks, CPU, container image) are
+read for each side when it is fingerprinted, for the GPUs CUDA_VISIBLE_DEVICES gives the
+job (`runners/devices.py`): a fact one side could not read is missing on that side, not
+copied from the other. Python and package versions are read per side by running the
+side's own interpreter in its worktree, so they reflect what that side imported. The keys
+follow bundle.md; the evidence engine reports any difference between the sides.
+
+The image: `RSI_IMAGE` and `RSI_IMAGE_DIGEST` (the workflow sets them from the job's
+container), else the record the runner's machine image provides (`RSI_IMAGE_FILE`,
+default /etc/rsi/image.json: `{"image": ..., "digest": ...}`), else a GitHub-hosted
+runner's `ImageOS`/`ImageVersion`.
 """
 
 from __future__ import annotations
@@ -103,9 +109,31 @@ def os_release() -> str | None:
     return None
 
 
+IMAGE_FILE = "/etc/rsi/image.json"
+
+
+def image(env: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """(image, digest) of the container or machine image the job runs in."""
+    name, digest = env.get("RSI_IMAGE") or None, env.get("RSI_IMAGE_DIGEST") or None
+    if name and digest:
+        return name, digest
+    try:
+        doc = json.loads(Path(env.get("RSI_IMAGE_FILE") or IMAGE_FILE).read_text("utf-8"))
+    except (OSError, ValueError):
+        doc = None
+    if isinstance(doc, dict):
+        got = doc.get("image"), doc.get("digest")
+        name = name or (got[0] if isinstance(got[0], str) and got[0] else None)
+        digest = digest or (got[1] if isinstance(got[1], str) and got[1] else None)
+    if not name and env.get("ImageOS"):
+        name = f"{env['ImageOS']}/{env.get('ImageVersion') or '?'}"
+    return name, digest
+
+
 def machine(backend: Backend, env: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """What both sides share: GPU, driver, CUDA, container image, CPU."""
+    """The machine a side ran on: GPU, driver, CUDA, clocks, container image, CPU."""
     env = os.environ if env is None else env
+    img, digest = image(env)
     try:
         gi = backend.info()
     except Exception:
@@ -116,13 +144,16 @@ def machine(backend: Backend, env: Mapping[str, str] | None = None) -> dict[str,
         "gpu_memory_total_mib": gi.gpu_memory_total_mib,
         "driver": gi.driver,
         "cuda": gi.cuda,
+        "gpu_app_clock_mhz": gi.app_clock_mhz,
+        "gpu_app_mem_clock_mhz": gi.app_mem_clock_mhz,
+        "gpu_max_clock_mhz": gi.max_clock_mhz,
         "gpu_backend": backend.name,
         # The GPUs read, by NVML/nvidia-smi index (None: every GPU, CUDA_VISIBLE_DEVICES
         # unset); CUDA numbers them alike because the runner sets CUDA_DEVICE_ORDER.
         "gpu_indices": backend.indices(),
         "cuda_device_order": devices.ORDER,
-        "image": env.get("RSI_IMAGE") or None,
-        "image_digest": env.get("RSI_IMAGE_DIGEST") or None,
+        "image": img,
+        "image_digest": digest,
         "container": in_container(),
         "cpu_model": cpu_model(),
         "cpu_count": len(cpuset()),

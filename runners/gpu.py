@@ -6,8 +6,9 @@ else `nvidia-smi` on PATH, else none (a CPU machine: nothing is sampled). The va
 
 Each backend gives samples (one per GPU: SM clock, utilisation, memory used, power,
 throttle reasons), the compute processes on the GPUs, and static facts (name, count,
-driver, CUDA) for the fingerprint — of the GPUs CUDA_VISIBLE_DEVICES gives the job only
-(`runners/devices.py`: NVML and nvidia-smi themselves always list every GPU).
+driver, CUDA, application and maximum clocks) for the fingerprint — of the GPUs
+CUDA_VISIBLE_DEVICES gives the job only (`runners/devices.py`: NVML and nvidia-smi
+themselves always list every GPU).
 """
 
 from __future__ import annotations
@@ -58,6 +59,11 @@ class GpuInfo:
     driver: str | None = None
     cuda: str | None = None
     gpu_memory_total_mib: int | None = None
+    # Clocks of the first GPU read: the application (target) clocks the driver runs
+    # the SM and memory at under load, and the SM's maximum.
+    app_clock_mhz: int | None = None
+    app_mem_clock_mhz: int | None = None
+    max_clock_mhz: int | None = None
 
 
 class Backend:
@@ -217,13 +223,27 @@ class Nvml(Backend):
             if cuda_int is None:
                 cuda_int = self._try("nvmlSystemGetCudaDriverVersion")
             mem = self._memory(self.handles[0]) if self.handles else None
+            clocks = [None, None, None]
+            if whole is not None:
+                graphics = getattr(self.nv, "NVML_CLOCK_GRAPHICS", 0)
+                memory = getattr(self.nv, "NVML_CLOCK_MEM", 2)
+                sm = getattr(self.nv, "NVML_CLOCK_SM", 1)
+                clocks = [
+                    self._try("nvmlDeviceGetApplicationsClock", whole, graphics),
+                    self._try("nvmlDeviceGetApplicationsClock", whole, memory),
+                    self._try("nvmlDeviceGetMaxClockInfo", whole, sm),
+                ]
         cuda = f"{cuda_int // 1000}.{(cuda_int % 1000) // 10}" if cuda_int else None
+        app, app_mem, top = (int(c) if c is not None else None for c in clocks)
         return GpuInfo(
             gpu_name=name,
             gpu_count=len(self.handles),
             driver=driver,
             cuda=cuda,
             gpu_memory_total_mib=round(mem.total / 2**20) if mem is not None else None,
+            app_clock_mhz=app,
+            app_mem_clock_mhz=app_mem,
+            max_clock_mhz=top,
         )
 
     def close(self) -> None:
@@ -289,13 +309,18 @@ def parse_compute_apps(text: str) -> list[dict[str, Any]]:
 
 
 def parse_smi_xml(text: str, index: int | None = None) -> GpuInfo:
-    """`nvidia-smi -q -x` → name, count, driver, CUDA (the DTD is never fetched); name
-    and memory of the GPU at `index` (its `<gpu>` elements are in index order)."""
+    """`nvidia-smi -q -x` → name, count, driver, CUDA (the DTD is never fetched); name,
+    memory and clocks of the GPU at `index` (its `<gpu>` elements are in index order)."""
     root = ET.fromstring(text)
 
     def find(el: ET.Element, path: str) -> str | None:
         v = el.findtext(path)
         return v.strip() if v and v.strip() and v.strip() != "N/A" else None
+
+    def mhz(el: ET.Element | None, path: str) -> int | None:
+        v = find(el, path) if el is not None else None
+        n = _num(v.split()[0]) if v else None
+        return int(n) if n is not None else None
 
     gpus = root.findall("gpu")
     count_text = find(root, "attached_gpus")
@@ -314,6 +339,9 @@ def parse_smi_xml(text: str, index: int | None = None) -> GpuInfo:
         driver=find(root, "driver_version"),
         cuda=find(root, "cuda_version"),
         gpu_memory_total_mib=mem_total,
+        app_clock_mhz=mhz(gpu, "applications_clocks/graphics_clock"),
+        app_mem_clock_mhz=mhz(gpu, "applications_clocks/mem_clock"),
+        max_clock_mhz=mhz(gpu, "max_clocks/sm_clock"),
     )
 
 

@@ -639,10 +639,11 @@ class Verifier:
     # ------------------------------------------------------------------ fingerprint, prepare
 
     def _fingerprint(self) -> None:
-        shared = fingerprint.machine(self.backend)
         envs: dict[str, dict[str, Any]] = {}
         checkout: dict[str, Any] = {}
         for side in ("base", "head"):
+            # Read for each side, so a fact one side lacks shows as missing there.
+            machine = fingerprint.machine(self.backend)
             vals = self.values(side, rnd=None)
             with self._candidate(side, f"probe-{side}") as group:
                 fp = fingerprint.side(
@@ -651,7 +652,7 @@ class Verifier:
                     self.env(side, vals),
                     wrap=functools.partial(self.sandbox.command, side, group=group),
                 )
-            env = dict(shared)
+            env = dict(machine)
             env["python"] = fp["python"]
             env["packages"] = fp["packages"]
             envs[side] = env

@@ -45,6 +45,9 @@ def test_recorded_xml_parses() -> None:
         driver="580.159.04",
         cuda="13.0",
         gpu_memory_total_mib=81559,
+        app_clock_mhz=1980,
+        app_mem_clock_mhz=2619,
+        max_clock_mhz=1980,
     )
 
 
