@@ -1,7 +1,7 @@
 """`rsi-runner` / `python3 -m runners`: the runner's command line (standard library only).
 
     rsi-runner verify --repo URL_OR_PATH --base SHA --head-repo URL_OR_PATH --head SHA \\
-        --task NAME_OR_TOML --gpu h100|h200|cpu --rounds N \\
+        --task NAME_OR_TOML --gpu h100|h200|cpu --rounds N|auto \\
         --modes streaming,non-streaming --out DIR
     rsi-runner tasks          list the task files and check that each one loads
     rsi-runner fingerprint    print this machine's environment fingerprint
@@ -61,6 +61,27 @@ def _positive_int(value: str) -> int:
     return n
 
 
+def _rounds(value: str) -> int | str:
+    if value.strip().lower() == "auto":
+        return "auto"
+    try:
+        return _positive_int(value)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(
+            f"expected a positive integer or auto, not {value!r}"
+        ) from exc
+
+
+def _positive(value: str) -> float:
+    try:
+        n = float(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected a number, not {value!r}") from exc
+    if not 0 < n < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, not {value!r}")
+    return n
+
+
 def _seconds(value: str) -> float:
     try:
         n = float(value)
@@ -101,7 +122,13 @@ def parser() -> argparse.ArgumentParser:
         "--task", required=True, help=f"task name ({', '.join(tasks.available())}) or a .toml"
     )
     req.add_argument("--gpu", required=True, type=_gpu, help="h100, h200 or cpu")
-    req.add_argument("--rounds", required=True, type=_positive_int, help="rounds per side")
+    req.add_argument(
+        "--rounds",
+        required=True,
+        type=_rounds,
+        help="rounds per side, or auto: pairs of rounds until each primary row is decided "
+        "(docs/statistics.md, Adaptive rounds)",
+    )
     req.add_argument(
         "--modes",
         required=True,
@@ -140,6 +167,23 @@ def parser() -> argparse.ArgumentParser:
         type=float,
         default=1.0,
         help="seconds of CPU load measured before each launch (0: none)",
+    )
+    opt.add_argument(
+        "--max-rounds",
+        type=_positive_int,
+        default=10,
+        help="with --rounds auto: the most rounds a side, per mode and concurrency (10)",
+    )
+    opt.add_argument(
+        "--gpu-minutes",
+        type=_positive,
+        help="with --rounds auto: GPU minutes to spend at most, both sides (default: no limit)",
+    )
+    opt.add_argument(
+        "--threshold-pct",
+        type=_positive,
+        default=3.0,
+        help="with --rounds auto: the practical threshold, percent (3)",
     )
     opt.add_argument("--runner-name", help="default: $RUNNER_NAME or the host name")
     opt.add_argument("--runner-labels", type=_csv, help="comma-separated runner labels")
@@ -282,6 +326,10 @@ def _verify(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    auto = args.rounds == "auto"
+    if auto and args.max_rounds < 2:
+        print("rsi-runner: --rounds auto needs --max-rounds of at least 2", file=sys.stderr)
+        return 2
     vid = args.verification_id or time.strftime("local-%Y%m%dT%H%M%SZ", time.gmtime())
     opts = Options(
         repo=args.repo,
@@ -290,7 +338,10 @@ def _verify(args: argparse.Namespace) -> int:
         head=args.head,
         task=task,
         gpu=args.gpu,
-        rounds=args.rounds,
+        rounds=args.max_rounds if auto else args.rounds,
+        adaptive=auto,
+        threshold_pct=args.threshold_pct,
+        gpu_minutes=args.gpu_minutes,
         modes=args.modes,
         out=args.out,
         verification_id=vid,

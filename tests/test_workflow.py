@@ -453,6 +453,20 @@ def test_input_validation_accepts_what_the_app_sends() -> None:
         assert r.returncode == 0, r.stdout + r.stderr
 
 
+def test_input_validation_accepts_auto_rounds_and_the_runner_reads_them() -> None:
+    from runners.__main__ import parser
+
+    env = {f"RSI_{k.upper()}": v for k, v in app_inputs().items()} | {"RSI_ROUNDS": "auto"}
+    r = _validate(env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    script = step("verify", "Verify base and head")["run"]
+    assert '--rounds "$RSI_ROUNDS"' in script
+    argv = ["verify", "--repo", "r", "--base", "b", "--head", "h", "--task", "dry"]
+    argv += ["--gpu", "h200", "--rounds", "auto", "--modes", "streaming", "--out", "o"]
+    args = parser().parse_args(argv)
+    assert (args.rounds, args.max_rounds, args.gpu_minutes) == ("auto", 10, None)
+
+
 @pytest.mark.parametrize(
     ("key", "bad"),
     [
@@ -462,6 +476,8 @@ def test_input_validation_accepts_what_the_app_sends() -> None:
         ("RSI_HEAD_REPO", "owner/name with space"),
         ("RSI_TASK", "../dry"),
         ("RSI_ROUNDS", "0"),
+        ("RSI_ROUNDS", "auto;id"),
+        ("RSI_ROUNDS", "AUTO"),
         ("RSI_MODES", "streaming;id"),
         ("RSI_VERIFICATION_ID", "v-X$(id)"),
         ("RSI_PR", "12a"),
