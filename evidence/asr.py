@@ -43,7 +43,7 @@ from evidence.records import (
     _ragged,
     _row_reduce,
     parse_speed,
-    parse_wer,
+    wer_records,
 )
 
 SEEDTTS = "asr-seedtts"
@@ -241,7 +241,7 @@ def parse_accuracy(data: bytes) -> WerRecords:
     rows = doc.get("per_sample")
     if isinstance(rows, list) and any(isinstance(r, dict) and "cer_no_spk" in r for r in rows):
         return parse_td_accuracy(doc)
-    return parse_wer(data)
+    return wer_records(doc)
 
 
 # ------------------------------------------------------------------- the summaries

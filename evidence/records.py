@@ -303,7 +303,11 @@ class WerRecords:
 
 def parse_wer(data: bytes) -> WerRecords:
     """SGLang-Omni's `wer_results.json` (`per_sample` rows with `wer`)."""
-    doc = _load_object(data)
+    return wer_records(_load_object(data))
+
+
+def wer_records(doc: dict[str, Any]) -> WerRecords:
+    """`parse_wer` of a document already parsed."""
     rows = doc.get("per_sample")
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         raise RecordError("expected `per_sample` rows")
