@@ -99,10 +99,11 @@ def evidence(
     """Build the evidence for one verification (one bundle per GPU) into DIR.
 
     Exits 0 whenever evidence was built, whatever the verdict; 2 on unreadable input,
-    input beyond the bounds (docs/bounds.md) included.
+    input beyond the bounds (docs/bounds.md) included, and on bundles that are not one
+    verification's (different verifications, or one GPU kind twice).
     """
     from evidence.build import Inputs, build, read_json_file, write
-    from evidence.errors import InputError
+    from evidence.errors import InputError, NotOneVerification
     from evidence.limits import Limits
     from evidence.model import AttributionEntry, Candidate, HistoryEntry
     from evidence.policy import Policy
@@ -130,6 +131,9 @@ def evidence(
             limits=limits,
         )
         ev, sources = build(inputs)
+    except NotOneVerification as exc:
+        click.echo(f"rsi-bot evidence: not one verification: {exc}", err=True)
+        sys.exit(2)
     except InputError as exc:
         click.echo(f"rsi-bot evidence: unreadable input: {exc}", err=True)
         sys.exit(2)

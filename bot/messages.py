@@ -35,6 +35,7 @@ CLAIM_WORDS = {
     "confirmed": "claim holds",
     "weakened": "claim weakened",
     "not-reproduced": "claim gone",
+    "inconclusive": "claim undecided",
     "none": "no claim",
 }
 
@@ -317,7 +318,8 @@ def nothing_to_repeat(user: str) -> str:
 def status_reply(v: Verification, user: str, queued: str, expected: float | None) -> str:
     why = Markup(end_reason(v) if State(v.state).final and v.state != State.PUBLISHED.value else "")
     if v.state == State.PUBLISHED.value:
-        why = inert.text(f"{v.verdict}: {v.reason or ''}")
+        claim = CLAIM_WORDS.get(v.claim_status or "none", "")
+        why = inert.text(f"{v.verdict}: {v.reason or ''}; {claim}")
     return _say("status_reply", user, v, why, queued, expected, jobs(v))
 
 

@@ -16,7 +16,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from evidence.audit import audit
 from evidence.caveats import write_caveats
-from evidence.errors import InputError
+from evidence.errors import InputError, NotOneVerification
 from evidence.limits import DEFAULT, Limits
 from evidence.links import links, reproduce
 from evidence.load import Source, format_validation, load
@@ -71,6 +71,7 @@ def build(inputs: Inputs) -> tuple[Evidence, list[Source]]:
     if not inputs.bundles:
         raise InputError("(arguments)", "give at least one bundle")
     sources = [load(p, inputs.limits) for p in inputs.bundles]
+    one_verification(sources)
     cand = inputs.candidate
     policy = inputs.policy
     claim = cand.claim if cand else None
@@ -136,6 +137,37 @@ def build(inputs: Inputs) -> tuple[Evidence, list[Source]]:
         per_request_audit=all(s.per_request for s in sources),
     )
     return ev, sources
+
+
+def one_verification(sources: list[Source]) -> None:
+    """Bundles of different verifications, or two for one GPU kind, are not evidence of
+    anything: NotOneVerification names the bundles and what differs."""
+    seen: dict[str, str] = {}
+    for s in sources:
+        key = s.gpu.upper()
+        if key in seen:
+            raise NotOneVerification(
+                s.path,
+                f"a second bundle for GPU {s.gpu} (the first is {seen[key]}); "
+                "a verification has one bundle per GPU kind",
+            )
+        seen[key] = s.path
+    first = sources[0]
+    m0 = first.manifest
+    for s in sources[1:]:
+        m = s.manifest
+        for label, a, b in (
+            ("verification", m.verification_id, m0.verification_id),
+            ("repository", m.repo, m0.repo),
+            ("base commit", m.base.sha, m0.base.sha),
+            ("head commit", m.head.sha, m0.head.sha),
+        ):
+            if a != b:
+                raise NotOneVerification(
+                    s.path,
+                    f"is for {label} {a}, {first.path} for {b}: bundles of different "
+                    "verifications cannot be compared",
+                )
 
 
 def _side_means(src: Source, metric: str) -> dict[str, float | None]:

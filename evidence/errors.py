@@ -17,3 +17,8 @@ class BoundError(InputError):
     many times compressed, JSON too deep, too many runs, a number outside its physical
     range. The whole bundle is refused, even where a malformed run file alone would only
     be a finding: an honest runner never writes one."""
+
+
+class NotOneVerification(InputError):
+    """Bundles that cannot be one verification's: different verification ids,
+    repositories or commits, or two bundles for the same GPU kind."""

@@ -46,10 +46,14 @@ def reproduce(github_url: str, sources: list[Source], rounds: int) -> Reproduce 
     env = m.environment.get("head") or m.environment.get("base") or {}
     head_repo = m.head.repo or m.repo
     root = github_url.rstrip("/")
-    cmd = (
+    # The runner measures one GPU kind a run: one command per GPU of the verification,
+    # each on a machine with that GPU.
+    cmd = "\n".join(
         f"rsi-runner verify --repo {root}/{m.repo} --base {m.base.sha} "
         f"--head-repo {root}/{head_repo} --head {m.head.sha} --task {m.task} "
-        f"--gpu {gpus[0].lower()} --rounds {rounds} --modes {','.join(modes)} --out bundle"
+        f"--gpu {gpu.lower()} --rounds {rounds} --modes {','.join(modes)} "
+        f"--out bundle-{gpu.lower()}"
+        for gpu in gpus
     )
     return Reproduce(
         command=cmd,

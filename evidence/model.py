@@ -9,15 +9,17 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Side = Literal["base", "head"]
 Mode = Literal["streaming", "non-streaming", "unspecified"]
 RunStatus = Literal["ok", "failed", "skipped"]
-Verdict = Literal["improved", "regressed", "no-change"]
-Overall = Literal["improved", "regressed", "no-change", "invalid"]
+# "no-change": the interval lies inside ± the practical threshold (equivalent);
+# "inconclusive": the interval is too wide to say either way.
+Verdict = Literal["improved", "regressed", "no-change", "inconclusive"]
+Overall = Literal["improved", "regressed", "no-change", "inconclusive", "invalid"]
 Severity = Literal["error", "warning", "info"]
-ClaimStatus = Literal["confirmed", "weakened", "not-reproduced", "none"]
+ClaimStatus = Literal["confirmed", "weakened", "not-reproduced", "inconclusive", "none"]
 
 SCHEMA = "rsi-evidence/1"
 
@@ -212,6 +214,11 @@ class StudyRow(BaseModel):
     primary: bool = False
     guard: bool = False
     guard_failed: bool = False
+    # What decides the row: the practical threshold in percent, or an absolute one for
+    # rates judged as a difference (WER, failure rate); a guard's allowed regression.
+    threshold_pct: float | None = None
+    threshold_abs: float | None = None
+    guard_pct: float | None = None
     mde_pct: float | None = None
     note: str | None = None
 
@@ -224,6 +231,8 @@ class Headline(BaseModel):
     ci_low_pct: float | None
     ci_high_pct: float | None
     verdict: Verdict
+    threshold_pct: float | None = None
+    threshold_abs: float | None = None
 
 
 class GpuResult(BaseModel):
@@ -322,3 +331,47 @@ class Evidence(BaseModel):
     per_request_audit: bool = True
 
     model_config = ConfigDict(populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _read_legacy_no_change(self) -> Evidence:
+        """Evidence written before "inconclusive" existed said no-change for every row
+        that did not move past the threshold, however wide its interval. Such a row (it
+        records no threshold of its own) is read with the evidence's threshold: no-change
+        when its interval lies inside ± the threshold, else inconclusive, and a GPU's or
+        the overall no-change that rested on it becomes inconclusive too. Rates judged by
+        an absolute threshold (their interval is absolute) are left as they were."""
+        legacy = [
+            r
+            for r in self.study
+            if r.threshold_pct is None and r.threshold_abs is None and r.ci_low_abs is None
+        ]
+        if not legacy:
+            return self
+        t = self.threshold_pct
+        for r in legacy:
+            r.threshold_pct = t
+            if r.verdict == "no-change" and not (
+                r.ci_low_pct is not None
+                and r.ci_high_pct is not None
+                and -t < r.ci_low_pct
+                and r.ci_high_pct < t
+            ):
+                r.verdict = "inconclusive"
+        wide = [r for r in legacy if r.primary and r.verdict == "inconclusive"]
+        for gpu, g in self.gpus.items():
+            h = g.headline
+            if h is not None and h.threshold_pct is None and h.threshold_abs is None:
+                h.threshold_pct = t
+                same = [
+                    r
+                    for r in legacy
+                    if (r.gpu, r.metric, r.mode, r.concurrency)
+                    == (gpu, h.metric, h.mode, h.concurrency)
+                ]
+                if same:
+                    h.verdict = same[0].verdict
+            if g.verdict == "no-change" and any(r.gpu == gpu for r in wide):
+                g.verdict = "inconclusive"
+        if self.verdict == "no-change" and wide:
+            self.verdict = "inconclusive"
+        return self

@@ -49,6 +49,7 @@ VERDICT_COLOURS: dict[Verdict, str] = {
     "improved": "#2ca02c",
     "regressed": "#d62728",
     "no-change": "#7f7f7f",
+    "inconclusive": "#bcbd22",
 }
 REJECT_COLOUR = "#d62728"
 

@@ -105,6 +105,9 @@ def _env() -> Environment:
             "row_delta": _safe(row_delta),
             "row_ci": _safe(row_ci),
             "row_verdict": row_verdict,
+            "row_threshold": _safe(row_threshold),
+            "headline_threshold": _safe(headline_threshold),
+            "row_p": _safe(row_p),
             "items": _items,
             "fence": _safe(fence),
             "plot_src": plot_src,
@@ -327,12 +330,41 @@ def row_ci(r: StudyRow) -> str:
 
 
 def row_verdict(r: StudyRow) -> str:
-    """The row's verdict; a failed guard says so; a no-change primary row says its MDE."""
+    """The row's verdict; a failed guard says so; an inconclusive primary row says the
+    smallest change its rounds could have detected."""
     if r.guard_failed:
         return "regressed, guard failed"
-    if r.primary and r.verdict == "no-change" and r.mde_pct is not None:
-        return f"no-change, could detect ±{r.mde_pct:.1f}%"
+    if r.primary and r.verdict == "inconclusive" and r.mde_pct is not None:
+        return f"inconclusive, could detect ±{r.mde_pct:.1f}%"
     return r.verdict
+
+
+def threshold_text(pct: float | None, absolute: float | None) -> str:
+    """The change that counts: "±3.0%", or "±0.01 abs." for a rate judged as a difference."""
+    if absolute is not None:
+        return f"±{absolute:g} abs."
+    if pct is not None:
+        return f"±{pct:.1f}%"
+    return "n/a"
+
+
+def row_threshold(r: StudyRow) -> str:
+    """What decides the row, written beside it: the threshold, and a guard's limit."""
+    text = threshold_text(r.threshold_pct, r.threshold_abs)
+    if r.guard and r.guard_pct is not None:
+        text += f"; guard {r.guard_pct:g}%"
+    return text
+
+
+def headline_threshold(h: Headline | None) -> str:
+    return "n/a" if h is None else threshold_text(h.threshold_pct, h.threshold_abs)
+
+
+def row_p(r: StudyRow) -> str:
+    """The row's p-value: Holm-adjusted for a primary row (it decides the verdict)."""
+    if r.p_adjusted is not None:
+        return f"{fmt_p(r.p_adjusted)} (Holm)"
+    return fmt_p(r.p_value)
 
 
 def plot_src(p: Plot) -> Markup:

@@ -61,18 +61,33 @@ def _pct(x: float | None) -> float | None:
 
 
 def _verdict(metric: Metric, c: Comparison, p: float | None, policy: Policy) -> Verdict:
-    """Both an interval that excludes zero (or the Holm-adjusted p) and a practical effect."""
-    if c.delta is None or p is None or p >= policy.alpha:
-        return "no-change"
+    """Improved or regressed: an interval that excludes zero (or the Holm-adjusted p) and
+    a practical effect. No change: the interval lies inside ± the practical threshold (the
+    figures are equivalent). Anything else is inconclusive: the interval is too wide to say.
+    """
+    limit = row_threshold(metric, policy)
     if metric.scale == "diff":
-        limit = policy.wer_increase_max if metric.name in ACCURACY else policy.failure_rate_max
-        big = c.delta_abs is not None and abs(c.delta_abs) > limit
+        lo, hi, delta = c.lo_abs, c.hi_abs, c.delta_abs
     else:
-        big = abs(c.delta) * 100 >= policy.threshold_pct
-    if not big:
+        lo, hi, delta = c.lo, c.hi, c.delta
+        limit /= 100
+    if delta is None or p is None:
+        return "inconclusive"
+    big = abs(delta) > limit if metric.scale == "diff" else abs(delta) >= limit
+    if p < policy.alpha and big:
+        gain = delta if metric.better == "higher" else -delta
+        return "improved" if gain > 0 else "regressed"
+    if lo is not None and hi is not None and -limit < lo and hi < limit:
         return "no-change"
-    gain = c.delta if metric.better == "higher" else -c.delta
-    return "improved" if gain > 0 else "regressed"
+    return "inconclusive"
+
+
+def row_threshold(metric: Metric, policy: Policy) -> float:
+    """The change that counts for this metric: percent, or absolute for rates (WER,
+    failure rate), whose change is judged as a difference."""
+    if metric.scale == "diff":
+        return policy.wer_increase_max if metric.name in ACCURACY else policy.failure_rate_max
+    return policy.threshold_pct
 
 
 def primary_metric(claim: ClaimSpec | None) -> tuple[str, Mode | None]:
@@ -124,9 +139,11 @@ def build_study(
                 ci_high_abs=c.hi_abs,
                 p_value=c.p,
                 mde_pct=_pct(c.mde),
-                verdict="no-change" if tail_short else _verdict(metric, c, c.p, policy),
+                verdict="inconclusive" if tail_short else _verdict(metric, c, c.p, policy),
                 primary=metric.name == pmetric and (pmode is None or mode == pmode),
                 guard=policy.guard_pct(metric.name) is not None,
+                threshold_pct=None if metric.scale == "diff" else policy.threshold_pct,
+                threshold_abs=row_threshold(metric, policy) if metric.scale == "diff" else None,
                 note=note,
             )
             if row.n_base < 2 or row.n_head < 2:
@@ -169,6 +186,7 @@ def _apply_guards(rows: list[StudyRow], policy: Policy) -> None:
         if limit is None and not r.primary:
             limit = policy.guard_other_pct(r.metric, pmetric)
             r.guard = r.guard or limit is not None
+        r.guard_pct = limit
         if limit is None or r.delta_pct is None:
             continue
         loss = r.delta_pct if r.better == "lower" else -r.delta_pct

@@ -16,7 +16,12 @@ from evidence.model import (
 
 
 def decide(rows: list[StudyRow], findings: list[Finding]) -> tuple[Overall, str]:
-    """invalid > regressed (primary or guard) > improved > no-change; guards only lower."""
+    """invalid > regressed (primary or guard) > improved > inconclusive > no-change.
+
+    No change means every primary row is equivalent (its interval inside ± the
+    threshold); a primary row whose interval is too wide makes the study inconclusive.
+    Guards only lower the verdict.
+    """
     errors = [f for f in findings if f.severity == "error"]
     if errors:
         codes = sorted({f.code for f in errors})
@@ -37,10 +42,51 @@ def decide(rows: list[StudyRow], findings: list[Finding]) -> tuple[Overall, str]
         return "improved", f"{_where(best)}: {r_label(best)} {best.delta_pct:+.1f}%"
     prim = [r for r in rows if r.primary]
     if not prim:
-        return "no-change", "no primary figure could be compared"
-    mde = [r.mde_pct for r in prim if r.mde_pct is not None]
-    tail = f"; the run could have detected about ±{min(mde):.1f}%" if mde else ""
-    return "no-change", f"no primary figure moved past the threshold{tail}"
+        return "inconclusive", "no primary figure could be compared"
+    wide = [r for r in prim if r.verdict != "no-change"]
+    if wide:
+        r = _most_evidence(wide)
+        mde = [x.mde_pct for x in wide if x.mde_pct is not None]
+        tail = f"; the run could have detected about ±{min(mde):.1f}%" if mde else ""
+        n = f" (and {len(wide) - 1} more primary figure{'s' if len(wide) > 2 else ''})"
+        return "inconclusive", (
+            f"{_where(r)}: {r_label(r)} {fmt_change(r)} is too wide to tell a change of "
+            f"{threshold_text(r)} from none{n if len(wide) > 1 else ''}{tail}"
+        )
+    r = prim[0]
+    return "no-change", (
+        f"every primary figure is within {threshold_text(r)} (equivalent), its 95% interval "
+        "inside the threshold"
+    )
+
+
+def threshold_text(r: StudyRow) -> str:
+    """The threshold that decides a row: "±3.0%", or "±0.01 absolute" for a rate."""
+    if r.threshold_abs is not None:
+        return f"±{r.threshold_abs:g} absolute"
+    if r.threshold_pct is not None:
+        return f"±{r.threshold_pct:.1f}%"
+    return "the threshold"
+
+
+def fmt_change(r: StudyRow) -> str:
+    """The row's change and its 95% interval."""
+    if r.delta_pct is None:
+        return "(no figure)"
+    if r.ci_low_pct is None or r.ci_high_pct is None:
+        return f"{r.delta_pct:+.1f}% (no interval)"
+    return f"{r.delta_pct:+.1f}% [{r.ci_low_pct:+.1f}%, {r.ci_high_pct:+.1f}%]"
+
+
+def _width(r: StudyRow) -> float:
+    if r.ci_low_pct is None or r.ci_high_pct is None:
+        return float("inf")
+    return r.ci_high_pct - r.ci_low_pct
+
+
+def _most_evidence(rows: list[StudyRow]) -> StudyRow:
+    """The row with the most evidence: the narrowest interval, then the most rounds."""
+    return min(rows, key=lambda r: (_width(r), -(r.n_base + r.n_head)))
 
 
 def _where(r: StudyRow) -> str:
@@ -55,13 +101,19 @@ def per_gpu(rows: list[StudyRow], findings: list[Finding], gpu: str) -> tuple[Ov
     return decide([r for r in rows if r.gpu == gpu], [f for f in findings if f.gpu in (gpu, None)])
 
 
+# The verdict a GPU's rows add up to, worst first (as `decide` ranks them).
+_RANK = ("regressed", "improved", "inconclusive", "no-change")
+
+
 def headline(rows: list[StudyRow], gpu: str) -> Headline | None:
-    """The primary row a maintainer should read first: the largest significant move."""
+    """The primary row a maintainer should read first: among the rows of the verdict they
+    add up to, the one with the most evidence (narrowest interval, then most rounds), not
+    the largest point estimate, which is often the noisiest setting's."""
     prim = [r for r in rows if r.gpu == gpu and r.primary]
     if not prim:
         return None
-    ranked = sorted(prim, key=lambda r: (r.verdict == "no-change", -abs(r.delta_pct or 0)))
-    r = ranked[0]
+    verdict = next(v for v in _RANK if any(r.verdict == v for r in prim))
+    r = _most_evidence([r for r in prim if r.verdict == verdict])
     return Headline(
         metric=r.metric,
         mode=r.mode,
@@ -70,10 +122,14 @@ def headline(rows: list[StudyRow], gpu: str) -> Headline | None:
         ci_low_pct=r.ci_low_pct,
         ci_high_pct=r.ci_high_pct,
         verdict=r.verdict,
+        threshold_pct=r.threshold_pct,
+        threshold_abs=r.threshold_abs,
     )
 
 
 def _row_status(r: StudyRow, claimed: float) -> ClaimStatus:
+    if r.verdict == "inconclusive":
+        return "inconclusive"
     if r.verdict != "improved" or r.ci_low_pct is None or r.ci_high_pct is None:
         return "not-reproduced"
     if r.ci_low_pct <= claimed <= r.ci_high_pct:
@@ -81,6 +137,22 @@ def _row_status(r: StudyRow, claimed: float) -> ClaimStatus:
     # Interval wholly on the worse side of the claim: the gain is real but smaller.
     worse = r.ci_high_pct < claimed if r.better == "higher" else r.ci_low_pct > claimed
     return "weakened" if worse else "confirmed"
+
+
+_VERB: dict[ClaimStatus, str] = {
+    "confirmed": "holds",
+    "weakened": "is weakened",
+    "not-reproduced": "is not reproduced",
+    "inconclusive": "can be neither confirmed nor ruled out",
+    "none": "",
+}
+_ROW_WORDS: dict[ClaimStatus, str] = {
+    "confirmed": "confirms it",
+    "weakened": "falls short of it",
+    "not-reproduced": "does not reproduce it",
+    "inconclusive": "is too wide to tell",
+    "none": "",
+}
 
 
 def judge_claim(rows: list[StudyRow], claim: ClaimSpec | None, measured: bool) -> ClaimResult:
@@ -130,27 +202,37 @@ def judge_claim(rows: list[StudyRow], claim: ClaimSpec | None, measured: bool) -
         base.status = "confirmed"
     elif statuses & {"confirmed", "weakened"}:
         base.status = "weakened"
-    where = (
-        f" on {claim.gpu}"
-        if on_gpu
-        else (
-            f" (claimed on {claim.gpu}, measured on {', '.join(sorted({r.gpu for r in sel}))})"
-            if claim.gpu
-            else ""
-        )
-    )
-    ranges = "; ".join(
-        f"c={c.concurrency} {c.gpu}: {_fmt(c.delta_pct)} [{_fmt(c.ci_low_pct)}, "
-        f"{_fmt(c.ci_high_pct)}] {c.status}"
+    elif "inconclusive" in statuses:
+        base.status = "inconclusive"
+    measured_on = sorted({r.gpu for r in sel})
+    if on_gpu:
+        where = f" on {claim.gpu}"
+    elif claim.gpu:
+        where = f" (claimed on {claim.gpu}, measured on {', '.join(measured_on)})"
+    else:
+        where = f" on {measured_on[0]}" if len(measured_on) == 1 else ""
+    one_gpu = len(measured_on) == 1
+    mixed = len(statuses) > 1
+    parts = [
+        f"{_fmt(c.delta_pct)} [{_fmt(c.ci_low_pct)}, {_fmt(c.ci_high_pct)}] at "
+        f"c={c.concurrency}"
+        + ("" if one_gpu else f" on {c.gpu}")
+        + (f", which {_ROW_WORDS[c.status]}" if mixed else "")
         for c in base.rows
-    )
-    verb = {"confirmed": "holds", "weakened": "is weakened", "not-reproduced": "is not reproduced"}[
-        base.status
     ]
+    measured_text = f": measured {_and(parts)}" if parts else ": no row was measured"
     base.message = (
-        f"The claim of {label} {claim.delta_pct:+.1f}% ({claim.mode}) {verb}{where}: {ranges}."
+        f"The claim of {label} {claim.delta_pct:+.1f}% ({claim.mode}) "
+        f"{_VERB[base.status]}{where}{measured_text}."
     )
     return base
+
+
+def _and(parts: list[str]) -> str:
+    """Parts joined: "a and b"; "a; b; and c" (parts hold commas)."""
+    if len(parts) <= 2:
+        return " and ".join(parts)
+    return "; ".join(parts[:-1]) + "; and " + parts[-1]
 
 
 def _fmt(x: float | None) -> str:

@@ -38,7 +38,7 @@ def codes(fs: list[Finding]) -> set[tuple[str, str]]:
 def test_clean_bundle_has_no_finding(bundle: Path) -> None:
     assert findings(bundle) == []
     ev, _ = build(Inputs(bundles=[bundle]))
-    assert ev.verdict == "no-change"
+    assert ev.verdict == "inconclusive"  # A/A at 2% round CV: too wide for ±3%
 
 
 def test_bundle_invalid_when_an_ok_runs_file_is_missing(bundle: Path) -> None:
@@ -287,7 +287,7 @@ def test_too_few_requests_for_p99(tmp_path: Path) -> None:
     ev, _ = build(Inputs(bundles=[tmp_path / "b"]))
     p99 = [r for r in ev.study if r.metric == "latency_p99_s"]
     assert p99
-    assert all(r.verdict == "no-change" and r.note for r in p99)
+    assert all(r.verdict == "inconclusive" and r.note for r in p99)
 
 
 def test_noisy_rounds(tmp_path: Path) -> None:

@@ -217,10 +217,12 @@ def test_comment_begins_with_marker_verdict_and_claim(improved: Evidence) -> Non
     assert "could detect" not in text  # the only primary row improved
 
 
-def test_no_change_primary_row_says_what_it_could_detect(improved: Evidence) -> None:
+def test_inconclusive_primary_row_says_what_it_could_detect(improved: Evidence) -> None:
     row = next(r for r in improved.study if r.primary)
-    row.verdict, row.mde_pct = "no-change", 4.25
-    assert "| no-change, could detect ±4.2% |" in render_comment(improved, None)
+    row.verdict, row.mde_pct = "inconclusive", 4.25
+    assert "| ±3.0% | inconclusive, could detect ±4.2% |" in render_comment(improved, None)
+    row.verdict = "no-change"  # equivalent: nothing left to detect
+    assert "| ±3.0% | no-change |" in render_comment(improved, None)
 
 
 def test_reproduce_says_not_recorded(improved: Evidence) -> None:
@@ -326,7 +328,7 @@ def test_comment_levels_in_order(improved: Evidence, monkeypatch: pytest.MonkeyP
     assert len(key_only) < len(full)
     assert "other figures</summary>" not in key_only
     n_other = sum(not render.is_key_row(r) for r in ev.study)
-    assert n_other == 126
+    assert n_other == 120
     assert f"the {n_other} other figures are in the full report" in key_only
     assert "| **throughput** (primary) |" in key_only
     assert "| latency p95 (guard) |" in key_only

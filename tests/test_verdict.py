@@ -8,9 +8,14 @@ from typing import Any
 import pytest
 
 from evidence.build import Inputs, build
+from evidence.errors import NotOneVerification
+from evidence.metrics import BY_NAME
 from evidence.model import Candidate, ClaimSpec, Evidence, Finding, StudyRow
+from evidence.policy import Policy
+from evidence.stats import Comparison
+from evidence.study import _verdict
 from evidence.synth import BASE_SHA, HEAD_SHA
-from evidence.verdict import decide, judge_claim
+from evidence.verdict import decide, headline, judge_claim
 from tests.bundles import clean_bundle
 
 
@@ -56,11 +61,141 @@ def test_a_real_loss_is_regressed(tmp_path: Path) -> None:
     assert ev.gpus["H200"].verdict == "regressed"
 
 
-def test_no_change_says_what_could_have_been_detected(tmp_path: Path) -> None:
-    ev = evidence(tmp_path, speedup=0.0)
-    assert ev.verdict == "no-change"
+def test_a_wide_interval_is_inconclusive_and_says_what_it_could_detect(
+    tmp_path: Path,
+) -> None:
+    """Noisy rounds, no change: the interval is too wide to say, which is not no-change."""
+    ev = evidence(tmp_path, speedup=0.0, round_cv=0.15)
+    assert ev.verdict == "inconclusive"
+    assert ev.gpus["H200"].verdict == "inconclusive"
+    assert "is too wide to tell a change of ±3.0% from none" in ev.reason
     assert "could have detected about ±" in ev.reason
-    assert all(r.mde_pct is not None for r in ev.study if r.primary)
+    prim = [r for r in ev.study if r.primary]
+    assert all(r.verdict == "inconclusive" and r.mde_pct is not None for r in prim)
+
+
+def test_an_interval_inside_the_threshold_is_no_change(tmp_path: Path) -> None:
+    """Quiet rounds, no change: every primary interval inside ±3%, equivalent."""
+    ev = evidence(tmp_path, speedup=0.0, round_cv=0.003, request_cv=0.02)
+    assert ev.verdict == "no-change"
+    assert ev.reason.startswith("every primary figure is within ±3.0% (equivalent)")
+    for r in ev.study:
+        if r.primary:
+            assert r.verdict == "no-change"
+            assert r.ci_low_pct is not None
+            assert r.ci_high_pct is not None
+            assert r.ci_low_pct > -3.0
+            assert r.ci_high_pct < 3.0
+
+
+def test_the_a_a_run_on_the_h200_is_inconclusive_with_its_detectable_effect() -> None:
+    """-3.5% [-21.4%, +18.4%] at a 3% threshold could be a real ±18%: inconclusive."""
+    c = Comparison(
+        delta=-0.035,
+        lo=-0.214,
+        hi=0.184,
+        p=0.7,
+        mde=0.254,
+        delta_abs=-0.1,
+        lo_abs=None,
+        hi_abs=None,
+    )
+    assert _verdict(BY_NAME["throughput_qps"], c, c.p, Policy()) == "inconclusive"
+    row = _row(
+        verdict="inconclusive", delta_pct=-3.5, ci_low_pct=-21.4, ci_high_pct=18.4, mde_pct=25.4
+    )
+    verdict, reason = decide([row], [])
+    assert verdict == "inconclusive"
+    assert reason == (
+        "H200 streaming c=16: throughput -3.5% [-21.4%, +18.4%] is too wide to tell a "
+        "change of ±3.0% from none; the run could have detected about ±25.4%"
+    )
+    narrow = Comparison(
+        delta=-0.005,
+        lo=-0.02,
+        hi=0.01,
+        p=0.5,
+        mde=0.02,
+        delta_abs=0.0,
+        lo_abs=None,
+        hi_abs=None,
+    )
+    assert _verdict(BY_NAME["throughput_qps"], narrow, narrow.p, Policy()) == "no-change"
+
+
+def test_wer_is_judged_by_its_absolute_threshold() -> None:
+    """+11.5% relative but +0.002 [+0.0001, +0.004] absolute: inside ±0.01, no change."""
+    c = Comparison(
+        delta=0.115,
+        lo=0.003,
+        hi=0.227,
+        p=0.04,
+        mde=0.1,
+        delta_abs=0.002,
+        lo_abs=0.0001,
+        hi_abs=0.004,
+    )
+    assert _verdict(BY_NAME["wer_mean"], c, c.p, Policy()) == "no-change"
+    wide = Comparison(
+        delta=0.1, lo=-0.5, hi=0.7, p=0.6, mde=0.9, delta_abs=0.002, lo_abs=-0.02, hi_abs=0.03
+    )
+    assert _verdict(BY_NAME["wer_mean"], wide, wide.p, Policy()) == "inconclusive"
+
+
+def test_mixed_primary_rows_are_inconclusive_until_every_one_is_decided() -> None:
+    rows = [
+        _row(verdict="no-change", delta_pct=0.5, ci_low_pct=-1.0, ci_high_pct=2.0),
+        _row(
+            concurrency=64, verdict="inconclusive", delta_pct=1.0, ci_low_pct=-9.0, ci_high_pct=11.0
+        ),
+    ]
+    assert decide(rows, [])[0] == "inconclusive"
+    assert decide(rows[:1], [])[0] == "no-change"
+    assert decide([], [])[0] == "inconclusive"
+
+
+def test_the_headline_is_the_row_with_the_most_evidence() -> None:
+    """Not the largest point estimate, which came from the noisiest setting."""
+    rows = [
+        _row(verdict="inconclusive", delta_pct=1.0, ci_low_pct=-4.0, ci_high_pct=6.0),
+        _row(
+            concurrency=128,
+            verdict="inconclusive",
+            delta_pct=5.5,
+            ci_low_pct=-9.1,
+            ci_high_pct=22.4,
+        ),
+    ]
+    h = headline(rows, "H200")
+    assert h is not None
+    assert h.concurrency == 16
+    assert h.threshold_pct == 3.0
+    # Among rows of the same width, the one with more rounds.
+    more = [
+        rows[0],
+        _row(
+            concurrency=32,
+            verdict="inconclusive",
+            delta_pct=2.0,
+            ci_low_pct=-3.0,
+            ci_high_pct=7.0,
+            n_base=12,
+            n_head=12,
+        ),
+    ]
+    h2 = headline(more, "H200")
+    assert h2 is not None
+    assert h2.concurrency == 32
+    # The verdict the rows add up to comes first: a regressed row is the headline.
+    worse = [
+        *rows,
+        _row(
+            concurrency=4, verdict="regressed", delta_pct=-9.0, ci_low_pct=-30.0, ci_high_pct=-5.0
+        ),
+    ]
+    h3 = headline(worse, "H200")
+    assert h3 is not None
+    assert h3.concurrency == 4
 
 
 def test_small_significant_change_is_not_a_verdict(tmp_path: Path) -> None:
@@ -89,6 +224,7 @@ def _row(**kw: Any) -> StudyRow:
         "ci_high_pct": 15.0,
         "verdict": "improved",
         "primary": True,
+        "threshold_pct": 3.0,
     }
     return StudyRow(**{**base, **kw})
 
@@ -151,6 +287,11 @@ def test_a_regressed_primary_wins_over_an_improved_one() -> None:
         (25.0, {}, "weakened"),  # interval [5, 15] wholly below the claim, still improved
         (2.0, {}, "confirmed"),  # better than claimed
         (10.0, {"verdict": "no-change", "ci_low_pct": -1.0}, "not-reproduced"),
+        (
+            10.0,
+            {"verdict": "inconclusive", "ci_low_pct": -20.0, "ci_high_pct": 18.0},
+            "inconclusive",
+        ),
     ],
 )
 def test_claim_status(claimed: float, row: dict[str, Any], status: str) -> None:
@@ -183,11 +324,47 @@ def test_claim_end_to_end_and_per_gpu(tmp_path: Path) -> None:
     assert ev.claim.message.startswith("The claim of throughput +15.0% (streaming) holds on H200")
 
 
+def test_the_claim_reads_as_a_sentence() -> None:
+    claim = ClaimSpec(metric="throughput_qps", mode="streaming", gpu="H200", delta_pct=10.0)
+    one = judge_claim([_row()], claim, measured=True)
+    assert one.message == (
+        "The claim of throughput +10.0% (streaming) holds on H200: measured "
+        "+10.0% [+5.0%, +15.0%] at c=16."
+    )
+    rows = [
+        _row(),
+        _row(
+            concurrency=64, verdict="inconclusive", delta_pct=2.0, ci_low_pct=-8.0, ci_high_pct=12.0
+        ),
+    ]
+    two = judge_claim(rows, claim, measured=True)
+    assert two.message == (
+        "The claim of throughput +10.0% (streaming) is weakened on H200: measured "
+        "+10.0% [+5.0%, +15.0%] at c=16, which confirms it and +2.0% [-8.0%, +12.0%] at "
+        "c=64, which is too wide to tell."
+    )
+    nogpu = ClaimSpec(metric="throughput_qps", mode="streaming", delta_pct=10.0)
+    both = judge_claim([_row(), _row(gpu="H100")], nogpu, measured=True)
+    assert both.message == (
+        "The claim of throughput +10.0% (streaming) holds: measured +10.0% [+5.0%, +15.0%] "
+        "at c=16 on H200 and +10.0% [+5.0%, +15.0%] at c=16 on H100."
+    )
+
+
 def test_claim_not_reproduced(tmp_path: Path) -> None:
     cand = candidate(metric="throughput_qps", mode="streaming", gpu="H200", delta_pct=32.5)
-    ev = evidence(tmp_path, cand, speedup=0.0)
+    ev = evidence(tmp_path, cand, speedup=0.0, round_cv=0.003, request_cv=0.02)
     assert ev.claim.status == "not-reproduced"
     assert ev.verdict == "no-change"
+
+
+def test_claim_inconclusive_when_the_interval_is_too_wide(tmp_path: Path) -> None:
+    cand = candidate(metric="throughput_qps", mode="streaming", gpu="H200", delta_pct=10.0)
+    ev = evidence(tmp_path, cand, speedup=0.0, round_cv=0.15)
+    assert ev.verdict == "inconclusive"
+    assert ev.claim.status == "inconclusive"
+    assert ev.gpus["H200"].claim_status == "inconclusive"
+    assert "can be neither confirmed nor ruled out on H200" in ev.claim.message
 
 
 def test_claim_on_an_unmeasured_metric(tmp_path: Path) -> None:
@@ -233,7 +410,9 @@ def test_per_configuration_regression_is_a_caveat(tmp_path: Path) -> None:
 
 def test_two_gpus_side_by_side(tmp_path: Path) -> None:
     a = clean_bundle(tmp_path / "a", gpu="H100", speedup=0.15)
-    b = clean_bundle(tmp_path / "b", gpu="H200", speedup=0.0, seed=4)
+    b = clean_bundle(
+        tmp_path / "b", gpu="H200", speedup=0.0, seed=4, round_cv=0.003, request_cv=0.02
+    )
     ev, _ = build(Inputs(bundles=[a, b]))
     assert ev.gpus["H100"].verdict == "improved"
     assert ev.gpus["H200"].verdict == "no-change"
@@ -244,11 +423,48 @@ def test_two_gpus_side_by_side(tmp_path: Path) -> None:
     assert ev.gpus["H100"].fingerprint["base"]["driver"] == "580.159.04"
 
 
-def test_bundles_of_different_verifications_are_invalid(tmp_path: Path) -> None:
+def test_bundles_of_different_verifications_are_refused(tmp_path: Path) -> None:
     a = clean_bundle(tmp_path / "a", gpu="H100")
     b = clean_bundle(tmp_path / "b", gpu="H200", verification_id="v-other")
-    ev, _ = build(Inputs(bundles=[a, b]))
-    assert ev.verdict == "invalid"
+    with pytest.raises(NotOneVerification, match="bundles of different verifications"):
+        build(Inputs(bundles=[a, b]))
+
+
+def test_two_bundles_for_one_gpu_are_refused(tmp_path: Path) -> None:
+    a = clean_bundle(tmp_path / "a", gpu="H200")
+    b = clean_bundle(tmp_path / "b", gpu="H200", seed=3)
+    with pytest.raises(NotOneVerification, match="a second bundle for GPU H200"):
+        build(Inputs(bundles=[a, b]))
+
+
+def test_evidence_written_before_inconclusive_is_read_with_it(tmp_path: Path) -> None:
+    """An evidence.json of the old words: a wide no-change row is read as inconclusive,
+    an equivalent one stays no-change, and so do the verdicts that rested on them."""
+    ev = evidence(tmp_path, speedup=0.0, round_cv=0.15)
+    doc = ev.model_dump(mode="json", by_alias=True)
+    doc["verdict"] = "no-change"
+    doc["gpus"]["H200"]["verdict"] = "no-change"
+    doc["gpus"]["H200"]["headline"]["verdict"] = "no-change"
+    for key in ("threshold_pct", "threshold_abs"):
+        doc["gpus"]["H200"]["headline"].pop(key)
+    for r in doc["study"]:
+        for key in ("threshold_pct", "threshold_abs", "guard_pct"):
+            r.pop(key)
+        if r["verdict"] == "inconclusive":
+            r["verdict"] = "no-change"
+    old = Evidence.model_validate(doc)
+    assert old.verdict == "inconclusive"
+    assert old.gpus["H200"].verdict == "inconclusive"
+    headline_row = old.gpus["H200"].headline
+    assert headline_row is not None
+    assert headline_row.verdict == "inconclusive"
+    assert all(r.verdict == "inconclusive" for r in old.study if r.primary)
+    quiet = evidence(tmp_path / "q", speedup=0.0, round_cv=0.003, request_cv=0.02).model_dump(
+        mode="json", by_alias=True
+    )
+    for r in quiet["study"]:
+        r.pop("threshold_pct")
+    assert Evidence.model_validate(quiet).verdict == "no-change"
 
 
 def test_compare_links_for_a_fork_and_enterprise(tmp_path: Path) -> None:
