@@ -37,6 +37,7 @@ from typing import Any
 
 from runners import (
     __version__,
+    adaptive,
     devices,
     fingerprint,
     gitwork,
@@ -87,6 +88,9 @@ class Options:
     isolation: str = "cgroup"  # runners/sandbox.py; "none" only when asked for
     candidate_users: dict[str, str] | None = None  # side -> user (default rsi-base/rsi-head)
     benchmark_ref: str | None = None  # the trusted tree's ref (default: task's, else base)
+    adaptive: bool = False  # --rounds auto: `rounds` is then the most a side (runners/adaptive.py)
+    threshold_pct: float = 3.0
+    gpu_minutes: float | None = None
     cpu_placement: str = "split"  # runners/placement.py: server and client on disjoint cores
 
 
@@ -238,6 +242,15 @@ class Verifier:
         )
         self.backend: Backend = NoGpu()
         self.warnings: list[str] = []
+        self.rounds = adaptive.Rounds(
+            self.plan,
+            opts.adaptive,
+            opts.rounds,
+            opts.threshold_pct,
+            opts.gpu_minutes,
+            warn=self.warnings.append,
+            root=opts.out,
+        )
         self.worktrees: dict[str, Path] = {}
         self.bench_tree: Path | None = None
         self.placement: placement.Placement | None = None
@@ -325,7 +338,8 @@ class Verifier:
                 "dataset": b.dataset,
                 "modes": o.modes,
                 "concurrencies": self.concurrencies,
-                "rounds": o.rounds,
+                "rounds": "auto" if o.adaptive else o.rounds,
+                "max_rounds": o.rounds,
                 "requests": self.requests,
                 "warmup_requests": self.warmup,
                 "order": "balanced",
@@ -422,7 +436,7 @@ class Verifier:
                     self.sandbox.own(side, wt)
                 self._fingerprint()
                 self._prepare()
-                for p in self.plan:
+                for p in self.rounds.runs(lambda: self.bundle.runs):
                     self._check_signal()
                     if stop_reason is None and time.monotonic() >= self.deadline:
                         stop_reason = (
@@ -469,6 +483,8 @@ class Verifier:
                     interrupted=interrupted,
                     error=error,
                     stopped=stop_reason,
+                    adaptive=self.rounds.manifest(cut_short=not complete),
+                    gpu_minutes=adaptive.held_minutes(self.bundle.runs),
                 )
                 path = self.bundle.finalize(complete)
                 self._cleanup(co)
@@ -632,9 +648,10 @@ class Verifier:
         return rec
 
     def _skip_rest(self, reason: str) -> None:
-        done = len(self.bundle.runs)
-        for p in self.plan[done:]:
-            self.bundle.add(self._skipped(p, reason))
+        done = {r["id"] for r in self.bundle.runs}
+        for p in self.plan[self.rounds.cursor :]:
+            if p.id not in done:
+                self.bundle.add(self._skipped(p, reason))
 
     # ------------------------------------------------------------------ fingerprint, prepare
 
