@@ -1,13 +1,17 @@
 """Start one command as a candidate: join a cgroup, drop to an unprivileged user, exec.
 
-Run by the runner as root with `python -I -S`, so nothing from the environment or a
-worktree is imported here: argv is `CGROUP_PROCS UID GID -- COMMAND...`. The process
+Run by the runner as root with `python -I -S` and an environment of PATH alone, so
+nothing from a worktree or a task's variables (no `LD_PRELOAD`, no `PYTHONPATH`) acts
+while this process is root: argv is `CGROUP_PROCS UID GID ENV_FILE -- COMMAND...`, and
+the candidate's environment comes from ENV_FILE (JSON, root-only, removed once read)
+and applies only to the command, after the switch. The process
 writes its own pid into the run's cgroup before it becomes the candidate, so every
 process the command ever starts (double-forked, `setsid`, anything) is in that cgroup
 and dies with it. `no_new_privs` stops a setuid binary from taking the privileges back.
 """
 
 import ctypes
+import json
 import os
 import sys
 
@@ -15,11 +19,14 @@ PR_SET_NO_NEW_PRIVS = 38
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 5 or argv[3] != "--":
-        print("usage: _enter.py CGROUP_PROCS UID GID -- COMMAND...", file=sys.stderr)
+    if len(argv) < 6 or argv[4] != "--":
+        print("usage: _enter.py CGROUP_PROCS UID GID ENV_FILE -- COMMAND...", file=sys.stderr)
         return 127
-    procs, uid, gid, cmd = argv[0], int(argv[1]), int(argv[2]), argv[4:]
+    procs, uid, gid, env_file, cmd = argv[0], int(argv[1]), int(argv[2]), argv[3], argv[5:]
     try:
+        with open(env_file, encoding="utf-8") as f:
+            env = {str(k): str(v) for k, v in json.load(f).items()}
+        os.unlink(env_file)
         with open(procs, "w", encoding="ascii") as f:
             f.write(str(os.getpid()))
         os.setgroups([])
@@ -30,11 +37,11 @@ def main(argv: list[str]) -> int:
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
-    except OSError as exc:
+    except (OSError, ValueError, AttributeError) as exc:
         print(f"rsi-runner: cannot enter the sandbox: {exc}", file=sys.stderr)
         return 127
     try:
-        os.execvp(cmd[0], cmd)
+        os.execvpe(cmd[0], cmd, env)
     except OSError as exc:
         print(f"rsi-runner: cannot run {cmd[0]}: {exc}", file=sys.stderr)
     return 127

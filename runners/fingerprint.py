@@ -189,21 +189,23 @@ def side(
     env: Mapping[str, str],
     packages: tuple[str, ...] = PACKAGES,
     timeout: float = 120.0,
-    wrap: Callable[[list[str]], list[str]] | None = None,
+    launch: Callable[[list[str], Mapping[str, str]], tuple[list[str], dict[str, str]]]
+    | None = None,
 ) -> dict[str, Any]:
     """Python and package versions as the side's interpreter sees them, in its worktree.
 
-    The probe runs the side's interpreter, so it runs as the candidate (`wrap`).
+    The probe runs the side's interpreter, so it runs as the candidate (`launch`).
     Returns the fingerprint keys (`python`, `packages`) plus `imports` (module → file) and
     `error` when the probe failed.
     """
     mods = top_level_packages(worktree)
     try:
         argv = [python, "-c", _PROBE, json.dumps(list(packages)), json.dumps(mods)]
+        cmd, cmd_env = launch(argv, env) if launch else (argv, dict(env))
         r = subprocess.run(
-            wrap(argv) if wrap else argv,
+            cmd,
             cwd=worktree,
-            env=dict(env),
+            env=cmd_env,
             capture_output=True,
             text=True,
             timeout=timeout,

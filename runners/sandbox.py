@@ -20,6 +20,7 @@ cannot isolate is refused with what to fix (runners/README.md, "The runner machi
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import pwd
 import secrets
@@ -352,12 +353,23 @@ class Sandbox:
         self._n += 1
         return Group(self.parent / f"{self._n:04d}-{label}"[:60])
 
-    def command(self, side: str, argv: list[str], group: Group | None) -> list[str]:
-        """`argv` as the side's user, inside `group`."""
+    def command(
+        self, side: str, group: Group | None, argv: list[str], env: Mapping[str, str]
+    ) -> tuple[list[str], dict[str, str]]:
+        """`argv` as the side's user, inside `group`, with `env`: the command line and
+        environment to start. While the starter is root its environment is PATH alone;
+        `env` reaches the command through a root-only file (no `LD_PRELOAD` as root)."""
         if not self.isolated or group is None:
-            return argv
+            return argv, dict(env)
         a = self.accounts[side]
-        return [
+        self._n += 1
+        folder = self.work / "env"
+        folder.mkdir(mode=0o700, exist_ok=True)
+        env_file = folder / f"{self._n:04d}.json"
+        fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(dict(env), f)
+        starter = [
             sys.executable,
             "-I",
             "-S",
@@ -365,9 +377,11 @@ class Sandbox:
             str(group.procs),
             str(a.uid),
             str(a.gid),
+            str(env_file),
             "--",
             *argv,
         ]
+        return starter, {"PATH": env.get("PATH") or os.defpath, "LC_ALL": "C"}
 
     def end(self, side: str, group: Group | None) -> list[dict[str, Any]]:
         """Kill the group, then every process of the side's user that is still alive.

@@ -390,7 +390,9 @@ class Verifier:
     def client_env(self, values: dict[str, object]) -> dict[str, str]:
         """The client's: the trusted tree first on the path, the runner's own user."""
         assert self.bench_tree is not None
-        env = self._env(self.bench_tree, values)
+        # the task's variables rendered for the trusted tree: `{worktree}` in them must
+        # not put the head's files on the root client's paths
+        env = self._env(self.bench_tree, dict(values, worktree=str(self.bench_tree)))
         env["PYTHONNOUSERSITE"] = "1"
         return env
 
@@ -540,11 +542,14 @@ class Verifier:
         """The side's user must be able to start `{python}` (often under /root)."""
         argv = [self.o.python, "-c", "import json, sys"]
         with self._candidate(side, f"check-{side}") as group:
+            cmd, env = self.sandbox.command(
+                side, group, argv, self.sandbox.env(side, self.env_base)
+            )
             try:
                 r = subprocess.run(
-                    self.sandbox.command(side, argv, group),
+                    cmd,
                     cwd="/",
-                    env=self.sandbox.env(side, self.env_base),
+                    env=env,
                     capture_output=True,
                     text=True,
                     timeout=60,
@@ -667,7 +672,7 @@ class Verifier:
                     self.o.python,
                     self.worktrees[side],
                     self.env(side, vals),
-                    wrap=functools.partial(self.sandbox.command, side, group=group),
+                    launch=functools.partial(self.sandbox.command, side, group),
                 )
             env = dict(machine)
             env["python"] = fp["python"]
@@ -732,10 +737,11 @@ class Verifier:
                 left = min(self.task.prepare_timeout_s, self.deadline - time.monotonic())
                 try:
                     with self._candidate(side, f"prepare-{side}") as group:
+                        cmd, env = self.sandbox.command(side, group, argv, self.env(side, vals))
                         fin = proc.run(
-                            self.sandbox.command(side, argv, group),
+                            cmd,
                             self.worktrees[side],
-                            self.env(side, vals),
+                            env,
                             log,
                             timeout=max(left, 1.0),
                             header=f"$ {shlex.join(argv)}",
@@ -832,6 +838,9 @@ class Verifier:
                     "how": server.stopped_how,
                     "running_at_stop": was_running,
                 }
+            # Nothing the candidate started may outlive its server: a daemon that left
+            # the process group would otherwise answer what runs next on its port.
+            survivors.extend(self.sandbox.end(side, group))
             if monitor is not None:
                 monitor.stop()
                 info.update(monitor.summary())
@@ -839,6 +848,7 @@ class Verifier:
         failure: RunFailure | None = None
         interrupted: Interrupted | None = None
         bug: BaseException | None = None
+        survivors: list[dict[str, Any]] = []
         try:
             limit, which = self._limit(self.gpu_idle_timeout, run_deadline)
             cpu = host.CpuLoad()  # foreign CPU load is measured over the idle wait too
@@ -880,10 +890,11 @@ class Verifier:
             monitor = Monitor(self.backend, self.o.sample_interval_s)
             group = self.sandbox.group(p.id)
             try:
+                cmd, cmd_env = self.sandbox.command(side, group, argv, env)
                 server = proc.Process(
-                    self.sandbox.command(side, argv, group),
+                    cmd,
                     wt,
-                    env,
+                    cmd_env,
                     server_log,
                     header=f"$ {shlex.join(argv)}",
                 )
@@ -960,6 +971,12 @@ class Verifier:
                 )
             if p.accuracy and acc is not None and acc.after_server_stop:
                 stop_server(self.task.server.stop_grace_s)
+                if survivors:
+                    raise RunFailure(
+                        "process-survived",
+                        f"{len(survivors)} process(es) of the {side} side's user outlived "
+                        "the server outside its cgroup and were killed",
+                    )
                 stage = "accuracy"
                 self._accuracy(rec, rdir, bvals, cenv, client_log, None, run_deadline)
         except RunFailure as exc:
@@ -975,7 +992,7 @@ class Verifier:
                 stop_server(3.0 if interrupted is not None else self.task.server.stop_grace_s)
                 # Everything the candidate started dies with its cgroup; a process of its
                 # user still alive elsewhere escaped, and the run cannot be trusted.
-                survivors = self.sandbox.end(side, group)
+                survivors.extend(self.sandbox.end(side, group))
                 if survivors:
                     info["survivors"] = rec["survivors"] = survivors
                     if failure is None or failure.kind == "crashed":

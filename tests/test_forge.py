@@ -268,14 +268,11 @@ def test_a_process_that_escaped_its_cgroup_is_killed_and_named(tmp_path: Path) -
         assert sb.parent is not None
         outside = sandbox.Group(sb.parent / "elsewhere")  # not the run's group
         run = sb.group("run")
-        escaped = subprocess.Popen(
-            sb.command("head", [CANDIDATE_PYTHON, "-c", "import time; time.sleep(60)"], outside),
-            start_new_session=True,
-        )
-        inside = subprocess.Popen(
-            sb.command("head", [CANDIDATE_PYTHON, "-c", "import time; time.sleep(60)"], run),
-            start_new_session=True,
-        )
+        sleep = [CANDIDATE_PYTHON, "-c", "import time; time.sleep(60)"]
+        cmd, env = sb.command("head", outside, sleep, {"PATH": "/usr/bin:/bin"})
+        escaped = subprocess.Popen(cmd, env=env, start_new_session=True)
+        cmd, env = sb.command("head", run, sleep, {"PATH": "/usr/bin:/bin"})
+        inside = subprocess.Popen(cmd, env=env, start_new_session=True)
         deadline = time.monotonic() + 10
         while len(candidate_processes()) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -4,9 +4,7 @@ processes, real users): attacks that got past `--isolation cgroup` when they wer
 Each test builds a repository whose base commit is benign and whose head commit
 attacks, runs `python -m runners verify` as root with a task written for the attack
 (the dry server and client, as in tests/test_forge.py), and checks that the attack did
-not work. Those still marked `xfail(strict=True)` need a change in runners/verify.py;
-the reason says which. Attacks that were tried and failed are listed in the report of
-the review that wrote this file, not here.
+not work. Attacks that were tried and failed are listed in docs/threat-model.md.
 """
 
 from __future__ import annotations
@@ -177,12 +175,6 @@ after_server_stop = true
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="verify.py: with after_server_stop the accuracy step runs while the head's "
-    "cgroup is still alive (stop_server only stops the server's process group); kill the "
-    "cgroup (sandbox.end) before _accuracy",
-)
 def test_a_head_daemon_cannot_answer_the_trusted_accuracy_step(tmp_path: Path) -> None:
     task = task_file(tmp_path, SERVER % "env = {}" + ACCURACY)
     b, h = attack_repo(
@@ -280,11 +272,6 @@ if os.getuid() == 0:
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="verify.py: client_env applies [server].env rendered with the side's worktree; "
-    "the client (root) must get it rendered with the trusted tree (or not at all)",
-)
 def test_the_task_env_cannot_make_the_root_client_run_head_code(tmp_path: Path) -> None:
     marker = tmp_path / "head-code-ran-as-root"
     task = task_file(tmp_path, SERVER % "env = { PYTHONPATH = '{worktree}/python' }")
@@ -319,19 +306,14 @@ __attribute__((constructor)) static void pwn(void) {
 """
 
 
-@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
-@pytest.mark.xfail(
-    strict=True,
-    reason="verify.py/sandbox.py: the root stage of _enter.py (and the client) start with "
-    "the candidate's environment, so the loader honours LD_PRELOAD/LD_LIBRARY_PATH "
-    "that point into the head's worktree; start them with a clean environment",
-)
 def test_the_task_env_cannot_make_root_load_a_head_library(tmp_path: Path) -> None:
     marker = tmp_path / "head-library-loaded-by-root"
     src = tmp_path / "pwn.c"
     src.write_text(PRELOAD_C % marker)
     lib = tmp_path / "libpwn.so"
-    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    cc = shutil.which("cc")
+    assert cc, "this test builds a shared library: install a C compiler (gcc)"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
     task = task_file(tmp_path, SERVER % "env = { LD_PRELOAD = '{worktree}/libpwn.so' }")
     b, h = attack_repo(tmp_path / "repo", {}, {"README.md": "faster\n"})
     repo = tmp_path / "repo"
