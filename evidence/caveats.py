@@ -11,9 +11,14 @@ def _fmt_rows(rows: list[StudyRow]) -> list[str]:
     for r in rows:
         mode = "streaming" if r.mode == "streaming" else r.mode
         word = "rose" if (r.delta_pct or 0) > 0 else "fell"
+        interval = (
+            f" [{r.ci_low_pct:+.1f}%, {r.ci_high_pct:+.1f}%]"
+            if r.ci_low_pct is not None and r.ci_high_pct is not None
+            else " (no interval)"
+        )
         out.append(
             f"{r.gpu} {mode} {r.label} at c={r.concurrency} {word} "
-            f"{abs(r.delta_pct or 0):.1f}% [{r.ci_low_pct:+.1f}%, {r.ci_high_pct:+.1f}%]."
+            f"{abs(r.delta_pct or 0):.1f}%{interval}."
         )
     return out
 
