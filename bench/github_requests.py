@@ -1,4 +1,4 @@
-"""GitHub requests one verification makes, intake to published (issue #3).
+"""GitHub requests one verification makes, intake to published.
 
 Runs the core loop against the GitHub stand-in the tests use (real HTTP, every request
 checked against GitHub's REST description, failing on any it does not expect), on the

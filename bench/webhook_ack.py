@@ -1,4 +1,4 @@
-"""Acknowledging GitHub webhooks under load (issue #3).
+"""Acknowledging GitHub webhooks under load.
 
 GitHub's published `pull_request` `synchronize` example, serialized as GitHub delivers it
 (compact JSON, 23.7 KB; `--indent 2` gives the pretty-printed 28.1 KB), signed once;

@@ -1,7 +1,7 @@
 """SGLang-Omni's ASR benchmark outputs, read into the same columns as a TTS run.
 
 The ASR scripts keep per-request rows apart from their summary, so a run names two files
-(bundle.md: `files.speed` is the summary, `files.records` the rows):
+(docs/bundle.md: `files.speed` is the summary, `files.records` the rows):
 
 - `benchmarks/eval/benchmark_asr_seedtts.py` (Qwen3-ASR, Whisper) writes a sweep JSON
   (`schema_version` 2: `provenance`, `config`, `results[]` with `per_repeat[]`) and, with

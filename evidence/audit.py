@@ -1,7 +1,7 @@
 """The raw-record audit: every check that decides whether the records can be trusted.
 
 Each finding has a stable code, a severity, the runs and sample ids involved, the numbers
-and one plain sentence. Any `error` makes the study `invalid` (statistics.md). Checks run
+and one plain sentence. Any `error` makes the study `invalid` (docs/statistics.md). Checks run
 per bundle (one GPU) on the per-request columns; none of them trusts the bundle's own
 summaries.
 """

@@ -1,7 +1,7 @@
 """Typed inputs and outputs of the evidence engine.
 
 Inputs (manifest, candidate, history, attribution) are validated with pydantic so a bad
-file fails with the field that is wrong; unknown fields are kept, as `bundle.md` asks.
+file fails with the field that is wrong; unknown fields are kept, as docs/bundle.md says.
 The output (`Evidence`) is what the App publishes and what `evidence.json` holds.
 """
 
@@ -25,7 +25,7 @@ SCHEMA = "rsi-evidence/1"
 
 
 class _Open(BaseModel):
-    """Input records keep fields they do not know (bundle.md: fields may be added)."""
+    """Input records keep fields they do not know (docs/bundle.md: fields may be added)."""
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 

@@ -1,4 +1,4 @@
-"""Thresholds that decide verdicts and audit severities, with the defaults of issue #2.
+"""Thresholds that decide verdicts and audit severities, with their defaults.
 
 One object, passed down, so a repository's `.github/rsi.yml` can later override any of
 them without the engine reading configuration itself.

@@ -1,6 +1,6 @@
 """Per-round figures, recomputed from the per-request records.
 
-The round is the unit of replication (statistics.md): throughput exists once per round,
+The round is the unit of replication (docs/statistics.md): throughput exists once per round,
 and percentiles are taken per round too, with NumPy's linear interpolation — the same
 method as SGLang-Omni's `compute_speed_metrics`, so the audit can compare like with like.
 """

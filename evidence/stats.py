@@ -1,6 +1,6 @@
 """Interval, test and detectable effect for one before/after row, and Holm's correction.
 
-Per statistics.md: the unit is the round; the interval is a Welch t interval on the log
+Per docs/statistics.md: the unit is the round; the interval is a Welch t interval on the log
 ratio of per-round values (a percentile bootstrap over 3–10 rounds is too narrow). Rates
 that may be zero (WER, failure rate) are compared as differences instead.
 """

@@ -1,4 +1,4 @@
-"""Overall and per-GPU verdicts and the claim status, exactly as statistics.md defines them."""
+"""Overall and per-GPU verdicts and the claim status, exactly as docs/statistics.md defines them."""
 
 from __future__ import annotations
 

@@ -65,7 +65,7 @@ class BundleWriter:
         doc["ended_at"] = iso()
         doc["runs"] = self.runs
         doc["digests"] = digests(self.out)
-        doc["complete"] = complete  # last key, as bundle.md asks
+        doc["complete"] = complete  # last key, as docs/bundle.md says
         return doc
 
     def finalize(self, complete: bool) -> Path:

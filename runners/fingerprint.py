@@ -5,7 +5,7 @@ read for each side when it is fingerprinted, for the GPUs CUDA_VISIBLE_DEVICES g
 job (`runners/devices.py`): a fact one side could not read is missing on that side, not
 copied from the other. Python and package versions are read per side by running the
 side's own interpreter in its worktree, so they reflect what that side imported. The keys
-follow bundle.md; the evidence engine reports any difference between the sides.
+follow docs/bundle.md; the evidence engine reports any difference between the sides.
 
 The image: `RSI_IMAGE` and `RSI_IMAGE_DIGEST` (the workflow sets them from the job's
 container), else the record the runner's machine image provides (`RSI_IMAGE_FILE`,

@@ -1,6 +1,6 @@
 """`rsi-runner verify`: base and head of one change, measured on one machine, as a bundle.
 
-The steps (issue #5): check out both commits as git worktrees, prepare each as the task
+The steps: check out both commits as git worktrees, prepare each as the task
 says, fingerprint each side's environment, then run the schedule — per mode and
 concurrency, rounds in balanced order. One run: wait for an idle GPU, start the server,
 time it until healthy, sample GPU and CPU while it runs, warm up, run the upstream's own

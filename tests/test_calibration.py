@@ -1,4 +1,4 @@
-"""Calibration on simulated studies with a fixed seed (statistics.md, issue #2 "Proof").
+"""Calibration on simulated studies with a fixed seed (docs/statistics.md).
 
 Each study: per-round throughput drawn log-normally with a round-to-round CV of 2%, 5
 rounds a side, order-balanced; one configuration, and again 16 (2 GPUs × 2 modes × 4

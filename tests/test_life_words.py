@@ -29,7 +29,7 @@ from tests.worlds import SHAPES, World, world
 
 NEW_SHA = "5" * 40
 LATER_SHA = "6" * 40
-MERGED_SHA = "77" * 20  # the commit PR #77 left on main
+MERGED_SHA = "77" * 20  # the commit pull request 77 left on main
 WRITER = "maintainer-mia"
 CONFIG = "gpus: [H200]\nrounds: 4\nmodes: [streaming]\n"
 T0 = datetime(2026, 1, 5, 9, 30, tzinfo=UTC)

@@ -115,7 +115,7 @@ def test_gpu_labels() -> None:
 
 
 def test_per_run_only_study_is_reported_without_audit() -> None:
-    """SGLang-Omni's PR #1445 H100 A/B: per-run aggregates only, and a 'no gain' decision."""
+    """SGLang-Omni PR 1445's H100 A/B: per-run aggregates only, and a 'no gain' decision."""
     path = REAL / "pr1445-h100-ab.results-summary.json"
     ev, sources = build(Inputs(bundles=[path]))
     src = sources[0]

@@ -37,7 +37,7 @@ WORKFLOW = ROOT / "runners" / "workflows" / "rsi-verify.yml"
 ACTIONLINT_CONFIG = ROOT / ".github" / "actionlint.yaml"
 TASKS_DIR = ROOT / "runners" / "tasks"
 
-# The dispatch contract (shared/design/architecture.md).
+# The dispatch contract (docs/architecture.md).
 CONTRACT = {
     "verification_id",
     "repo",
@@ -62,7 +62,7 @@ SEED_MODELS = {
     "ming3-tts",
 }
 ASR_MODELS = {"qwen3-asr", "whisper", "moss-td"}
-# Placeholders a command may use (issue #5), plus the runner's own checkout.
+# Placeholders a command may use (runners/VERIFY.md), plus the runner's own checkout.
 PLACEHOLDERS = {
     "python",
     "port",
@@ -668,7 +668,7 @@ def test_act_runs_the_verify_job_with_the_dry_task(tmp_path: Path) -> None:
         p for p in ("runners/tasks/dry.toml", "runners/__main__.py") if not (ROOT / p).is_file()
     ]
     if missing:
-        pytest.fail(f"the act test needs {', '.join(missing)} (issue #5, the dry task)")
+        pytest.fail(f"the act test needs {', '.join(missing)} (the dry task)")
     act = tool("act")
 
     # An upstream repository: head is twice as fast as base on the dry server.
