@@ -61,12 +61,48 @@ class TaskError(ValueError):
 
 
 @dataclass(frozen=True)
+class Variant:
+    """A server command for trees that have a file (`when_exists`) or a file holding a
+    text (`when_contains`, e.g. a config-schema key): an old base and a new head can
+    both start. Paths are relative to the side's worktree."""
+
+    command: str
+    when_exists: str | None = None
+    when_contains: tuple[str, str] | None = None  # (file, text)
+
+    def matches(self, tree: Path) -> bool:
+        if self.when_exists is not None:
+            return (tree / self.when_exists).exists()
+        assert self.when_contains is not None
+        path, text = self.when_contains
+        try:
+            return text in (tree / path).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return False
+
+    def describe(self) -> dict[str, Any]:
+        if self.when_exists is not None:
+            return {"when_exists": self.when_exists}
+        assert self.when_contains is not None
+        return {"when_contains": {"file": self.when_contains[0], "text": self.when_contains[1]}}
+
+
+@dataclass(frozen=True)
 class Server:
     command: str
     health: str
     startup_timeout_s: float = 900.0
     env: dict[str, str] = field(default_factory=dict)
     stop_grace_s: float = 30.0
+    variants: tuple[Variant, ...] = ()
+
+    def choose(self, tree: Path) -> tuple[str, dict[str, Any]]:
+        """The command template for a side's worktree: the first variant whose condition
+        holds there, else `command`; and what to record about the choice."""
+        for i, v in enumerate(self.variants):
+            if v.matches(tree):
+                return v.command, {"variant": i, **v.describe(), "command": v.command}
+        return self.command, {"variant": None, "command": self.command}
 
 
 @dataclass(frozen=True)
@@ -139,6 +175,7 @@ class Task:
                 "health": self.server.health,
                 "env": dict(self.server.env),
                 "startup_timeout_s": self.server.startup_timeout_s,
+                "variants": [{**v.describe(), "command": v.command} for v in self.server.variants],
             },
             "commands": dict(self.benchmark.modes),
             "outputs": {
@@ -308,7 +345,7 @@ def parse(doc: Mapping[str, Any], where: str = "task") -> Task:
 
     srv = top.sub("server", required=True)
     assert srv is not None
-    srv.allow({"command", "health", "startup_timeout_s", "env", "stop_grace_s"})
+    srv.allow({"command", "health", "startup_timeout_s", "env", "stop_grace_s", "variants"})
     env_doc = srv.t.get("env", {})
     if not isinstance(env_doc, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in env_doc.items()
@@ -322,6 +359,7 @@ def parse(doc: Mapping[str, Any], where: str = "task") -> Task:
         startup_timeout_s=srv.num("startup_timeout_s", 900.0),
         env=dict(env_doc),
         stop_grace_s=srv.num("stop_grace_s", 30.0),
+        variants=_variants(srv),
     )
     _check_command(srv, "command", server.command, RUN_PLACEHOLDERS)
     _check_template(srv, "health", server.health, RUN_PLACEHOLDERS)
@@ -460,6 +498,44 @@ def parse(doc: Mapping[str, Any], where: str = "task") -> Task:
         report_metrics=report,
         guards=guards,
     )
+
+
+def _variants(srv: _Doc) -> tuple[Variant, ...]:
+    """`[[server.variants]]`: each a `command` and one condition on the worktree."""
+    raw = srv.t.get("variants", [])
+    if not isinstance(raw, list):
+        raise srv.err("variants", "must be an array of tables ([[server.variants]])")
+    out: list[Variant] = []
+    for i, item in enumerate(raw):
+        if not isinstance(item, dict):
+            raise srv.err(f"variants[{i}]", "must be a table")
+        d = _Doc(srv.where, item, srv.key(f"variants[{i}]."))
+        d.allow({"command", "when_exists", "when_contains"})
+        command = d.str_("command", required=True)
+        _check_command(d, "command", command, RUN_PLACEHOLDERS)
+        exists = d.opt_str("when_exists")
+        contains_doc = d.sub("when_contains")
+        if (exists is None) == (contains_doc is None):
+            raise d.err("when_exists", "or `when_contains` is needed, and only one of them")
+        if exists is not None:
+            _check_tree_path(d, "when_exists", exists)
+            out.append(Variant(command=command, when_exists=exists))
+            continue
+        assert contains_doc is not None
+        contains_doc.allow({"file", "text"})
+        path = contains_doc.str_("file", required=True)
+        _check_tree_path(contains_doc, "file", path)
+        text = contains_doc.str_("text", required=True)
+        out.append(Variant(command=command, when_contains=(path, text)))
+    return tuple(out)
+
+
+def _check_tree_path(d: _Doc, key: str, path: str) -> None:
+    """A path inside the side's worktree: relative, no `..`, no placeholders."""
+    if not path.strip() or path.startswith(("/", "~")) or "\\" in path:
+        raise d.err(key, "must be a relative path inside the worktree")
+    if ".." in path.split("/") or "{" in path or "}" in path:
+        raise d.err(key, "must stay inside the worktree (no `..`, no placeholders)")
 
 
 def placeholders(template: str) -> set[str]:
