@@ -35,7 +35,7 @@ CHROMIUM_ARGS = [
 INSTALL_CHROMIUM = (
     "install Debian's Chromium: "
     "`DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium` "
-    "(.ci/run does this on a fresh machine)"
+    "(`sudo make test` does: it runs scripts/test-services first)"
 )
 INSTALL_PLAYWRIGHT = (
     "install the test extra: `.venv/bin/pip install -e '.[test]'` (it pins playwright); "
@@ -51,6 +51,9 @@ def _check_chromium() -> None:
 @contextmanager
 def chromium() -> Iterator[Browser]:
     """Start headless Chromium under Playwright; close both on exit."""
+    from tests.services import require_marked
+
+    require_marked("Chromium")
     try:
         from playwright.sync_api import Error, sync_playwright
     except ImportError as exc:
