@@ -56,7 +56,7 @@ def main() -> int:
         try:
             for name, branch in (("first", None), ("second", "rsi/other-change")):
                 before = len(gh.requests)
-                changes = {}
+                changes: dict[str, object] = {"candidate_id": f"c-bench-{name}"}
                 if branch:
                     gh.add_branch(appkit.FORK, branch, HEAD_SHA)
                     changes["head"] = {"repo": appkit.FORK, "ref": branch, "sha": HEAD_SHA}
