@@ -23,7 +23,7 @@ class Command:
     name: str
     gpus: list[str] | None = None  # None: the GPUs of the PR's last verification
     all_gpus: bool = False  # `all`: every GPU the repository's configuration lists
-    rounds: int | None = None
+    rounds: int | str | None = None  # a number a side, or "auto"
     base_main: bool = False
     errors: list[str] = field(default_factory=list)
     sha: str | None = None  # `/rsi reverify <sha>`: exactly this commit (a prefix of it)
@@ -100,8 +100,10 @@ def parse(text: str) -> Command | None:
             value = low.removeprefix("rounds=")
             if value.isdigit() and len(value) <= 3:
                 cmd.rounds = int(value)
+            elif value == "auto":
+                cmd.rounds = "auto"
             else:
-                cmd.errors.append(f"`{arg[:40]}`: rounds must be a whole number")
+                cmd.errors.append(f"`{arg[:40]}`: rounds must be a whole number or auto")
         elif low == "base=main":
             cmd.base_main = True
         else:

@@ -17,6 +17,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -103,7 +104,11 @@ class Verification(Base):
     head_repo: Mapped[str] = mapped_column(String(200))
     head_ref: Mapped[str] = mapped_column(String(255))
     gpus: Mapped[list[Any]] = mapped_column(JSON)
+    # Rounds a side; when `adaptive`, the most a side (pairs of rounds until decided,
+    # within `gpu_budget_minutes` per GPU kind when that is set).
     rounds: Mapped[int] = mapped_column(Integer)
+    adaptive: Mapped[bool] = mapped_column(default=False, server_default=false())
+    gpu_budget_minutes: Mapped[float | None] = mapped_column(Float)
     modes: Mapped[list[Any]] = mapped_column(JSON)
     candidate: Mapped[dict[str, Any]] = mapped_column(JSON)
     trigger: Mapped[str] = mapped_column(String(200), default="intake")

@@ -15,7 +15,7 @@ whether it changed (`If-None-Match`: a 304 costs no rate limit and no parse).
       trusted_pushers: [openrsi-bot]   # pushes by these verify without approval
     approval: required-for-untrusted   # or never-required
     gpus: [h100, h200]
-    rounds: 5
+    rounds: auto                       # pairs of rounds until decided; or a fixed number a side
     modes: [streaming, non-streaming]
     thresholds:
       practical_pct: 3.0
@@ -29,7 +29,9 @@ whether it changed (`If-None-Match`: a 304 costs no rate limit and no parse).
                                        # other mode or at another concurrency: a regression
                                        # past this lowers the verdict
     budget:
-      max_rounds: 10                   # the most rounds one command may ask
+      max_rounds: 10                   # the most rounds a side: a command's, and auto's cap
+      gpu_minutes: 120                 # with rounds: auto, the most GPU minutes one
+                                       # verification spends per GPU kind (default: no limit)
       max_running: 2                   # verifications running at once, this repository
     base: keep                         # or main: re-measure when main moves
     benchmark_ref: v0.1.9              # the benchmark client's tree (default: the base)
@@ -152,18 +154,58 @@ class Budget(BaseModel):
     model_config = _STRICT
 
     max_rounds: int = Field(
-        default=10, ge=MIN_ROUNDS, le=50, description="most rounds one command asks"
+        default=10,
+        ge=MIN_ROUNDS,
+        le=50,
+        description="most rounds a side: what one command may ask, and the cap of rounds: auto",
+    )
+    gpu_minutes: float | None = Field(
+        default=None,
+        ge=1,
+        le=100_000,
+        allow_inf_nan=False,
+        description="with rounds: auto, the most GPU minutes a verification spends per GPU "
+        "kind, both sides and start-ups included (none: no limit)",
     )
     max_running: int = Field(
         default=2, ge=1, le=50, description="verifications running at once, this repository"
     )
 
 
+AUTO = "auto"
+
+
+def _rounds(value: Any) -> Any:
+    """`rounds` is a whole number of rounds a side or `auto`; nothing else (not `true`,
+    not `"5"`)."""
+    if isinstance(value, str) and value.strip().lower() == AUTO:
+        return AUTO
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise ValueError("must be a whole number of rounds a side, or auto")
+
+
+Rounds = Annotated[int | Literal["auto"], BeforeValidator(_rounds)]
+
+
+def rounds_phrase(rounds: int, adaptive: bool) -> str:
+    """How many rounds a verification runs, in words: "5 rounds a side", or
+    "rounds until decided (at most 10 a side)"."""
+    if adaptive:
+        return f"rounds until decided (at most {rounds} a side)"
+    return f"{rounds} round{'' if rounds == 1 else 's'} a side"
+
+
 @dataclass(frozen=True)
 class Plan:
+    """What a verification runs. `adaptive`: pairs of rounds until decided, at most
+    `rounds` a side and `gpu_minutes` per GPU kind (None: no limit)."""
+
     gpus: list[str]
     rounds: int
     modes: list[str]
+    adaptive: bool = False
+    gpu_minutes: float | None = None
 
 
 class RepoConfig(BaseModel):
@@ -178,7 +220,7 @@ class RepoConfig(BaseModel):
     )
     # budget comes before rounds so that the rounds check sees it (and is reported at rounds).
     budget: Budget = Field(default_factory=Budget)
-    rounds: int = Field(default=5, ge=MIN_ROUNDS, le=50)
+    rounds: Rounds = "auto"
     modes: Annotated[list[Mode], BeforeValidator(_as_list), Field(min_length=1)] = Field(
         default_factory=lambda: list[ModeName](["streaming", "non-streaming"])
     )
@@ -205,7 +247,13 @@ class RepoConfig(BaseModel):
 
     @field_validator("rounds")
     @classmethod
-    def _within_budget(cls, v: int, info: ValidationInfo) -> int:
+    def _within_budget(cls, v: int | str, info: ValidationInfo) -> int | str:
+        if not isinstance(v, int):
+            return v
+        if v < MIN_ROUNDS:
+            raise ValueError(f"at least {MIN_ROUNDS} rounds a side are needed for an interval")
+        if v > 50:
+            raise ValueError("at most 50 rounds a side")
         budget = info.data.get("budget")
         if isinstance(budget, Budget) and v > budget.max_rounds:
             raise ValueError(f"more than budget.max_rounds ({budget.max_rounds}); raise that too")
@@ -238,8 +286,10 @@ class RepoConfig(BaseModel):
         who = login.strip().removeprefix("@").lower()
         return who in self.trigger.trusted_pushers or who in app_wide
 
-    def rounds_problem(self, rounds: int) -> str | None:
+    def rounds_problem(self, rounds: int | str) -> str | None:
         """Why a command may not ask `rounds` (None when it may)."""
+        if not isinstance(rounds, int):
+            return None if rounds == AUTO else f"rounds must be a number or auto, not {rounds}"
         if rounds < MIN_ROUNDS:
             return f"at least {MIN_ROUNDS} rounds a side are needed for an interval, {rounds} asked"
         if rounds > self.budget.max_rounds:
@@ -249,7 +299,9 @@ class RepoConfig(BaseModel):
             )
         return None
 
-    def plan(self, *, gpus: Sequence[str] | None = None, rounds: int | None = None) -> Plan | str:
+    def plan(
+        self, *, gpus: Sequence[str] | None = None, rounds: int | str | None = None
+    ) -> Plan | str:
         """What a verification asked with these GPUs and rounds will run, or why it may
         not: the one place where the repository's `gpus`, `rounds` and `modes` apply
         (intake, pushes and commands alike)."""
@@ -267,7 +319,16 @@ class RepoConfig(BaseModel):
         problem = self.rounds_problem(n)
         if problem:
             return problem
-        return Plan(gpus=[str(g) for g in chosen], rounds=n, modes=[str(m) for m in self.modes])
+        modes = [str(m) for m in self.modes]
+        if not isinstance(n, int):  # auto: the budget's cap a side, and its GPU minutes
+            return Plan(
+                gpus=[str(g) for g in chosen],
+                rounds=self.budget.max_rounds,
+                modes=modes,
+                adaptive=True,
+                gpu_minutes=self.budget.gpu_minutes,
+            )
+        return Plan(gpus=[str(g) for g in chosen], rounds=n, modes=modes)
 
     def plan_like(self, gpus: Sequence[str] | None) -> Plan:
         """The plan for a re-verification that keeps the earlier GPUs where this config
@@ -282,14 +343,25 @@ class RepoConfig(BaseModel):
     def summary(self) -> str:
         """One line for humans: what a verification will do under this config."""
         t = self.thresholds
+        b = self.budget
+        rounds = (
+            rounds_phrase(b.max_rounds, True)
+            if self.rounds == AUTO
+            else rounds_phrase(int(self.rounds), False)
+        )
+        minutes = (
+            "no GPU-minute limit"
+            if b.gpu_minutes is None
+            else f"at most {b.gpu_minutes:g} GPU minutes a verification and GPU kind"
+        )
         return (
-            f"GPUs {', '.join(self.gpus)}; {self.rounds} rounds; {', '.join(self.modes)}; "
+            f"GPUs {', '.join(self.gpus)}; {rounds}; {', '.join(self.modes)}; "
             f"practical threshold {t.practical_pct:g}%; guards latency p95 "
             f"{t.latency_p95_pct:g}%, TTFA p95 {t.ttfa_p95_pct:g}%, text TTFT p95 "
             f"{t.text_ttft_p95_pct:g}%, WER +{t.wer_increase:g}, "
             f"failure rate {t.failure_rate:g}, other rows "
             f"{self.guards.other_rows_pct:g}%; approval {self.approval}; at most "
-            f"{self.budget.max_rounds} rounds a command and {self.budget.max_running} "
+            f"{b.max_rounds} rounds a side, {minutes} and {b.max_running} "
             f"verification(s) at once; base {self.base}"
         )
 

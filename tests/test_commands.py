@@ -43,9 +43,9 @@ def test_commands(text: str, want: Command) -> None:
     [
         ("/rsi frobnicate", "unknown command `frobnicate`"),
         ("/rsi reverify a100x", "unknown argument `a100x`"),
-        ("/rsi reverify rounds=many", "`rounds=many`: rounds must be a whole number"),
-        ("/rsi reverify rounds=-1", "`rounds=-1`: rounds must be a whole number"),
-        ("/rsi reverify rounds=99999", "`rounds=99999`: rounds must be a whole number"),
+        ("/rsi reverify rounds=many", "`rounds=many`: rounds must be a whole number or auto"),
+        ("/rsi reverify rounds=-1", "`rounds=-1`: rounds must be a whole number or auto"),
+        ("/rsi reverify rounds=99999", "`rounds=99999`: rounds must be a whole number or auto"),
         ("/rsi reverify " + "x" * 500, "unknown argument `" + "x" * 40 + "`"),
         ("/rsi reverify abc12", "unknown argument `abc12`"),  # too short to name a commit
     ],
@@ -90,3 +90,9 @@ def test_the_first_command_counts() -> None:
 
 def test_a_command_after_a_closed_fence_counts() -> None:
     assert parse("```\nlog\n```\n/rsi cancel") == Command("cancel")
+
+
+def test_reverify_rounds_auto() -> None:
+    cmd = parse("/rsi reverify h100 rounds=auto")
+    assert (cmd.name, cmd.rounds, cmd.gpus, cmd.errors) == ("reverify", "auto", ["H100"], [])
+    assert parse("/rsi reverify rounds=AUTO").rounds == "auto"

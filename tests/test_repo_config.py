@@ -14,7 +14,15 @@ from bot import repo_config
 from bot.github import config_file
 from bot.github.client import GitHubApp
 from bot.github.config_file import ConfigCache
-from bot.repo_config import CONFIG_PATH, ConfigResult, RepoConfig, parse, render_error
+from bot.repo_config import (
+    CONFIG_PATH,
+    ConfigResult,
+    Plan,
+    RepoConfig,
+    parse,
+    render_error,
+    rounds_phrase,
+)
 from evidence.policy import Policy
 from tests import appkit
 from tests.standin import GitHubStandIn
@@ -53,12 +61,13 @@ def test_defaults() -> None:
     assert c.trigger.trusted_pushers == []
     assert c.approval == "required-for-untrusted"
     assert c.gpus == ["H100", "H200"]
-    assert c.rounds == 5
+    assert c.rounds == "auto"
     assert c.modes == ["streaming", "non-streaming"]
     t = c.thresholds
     assert (t.practical_pct, t.latency_p95_pct, t.ttfa_p95_pct) == (3.0, 10.0, 10.0)
     assert (t.wer_increase, t.failure_rate) == (0.01, 0.01)
     assert (c.budget.max_rounds, c.budget.max_running) == (10, 2)
+    assert c.budget.gpu_minutes is None
     assert c.base == "keep"
     # The defaults are the engine's own.
     assert c.policy() == Policy()
@@ -97,7 +106,7 @@ def test_partial_file_keeps_other_defaults() -> None:
     assert c.gpus == ["H200"]  # one value for a list is that list
     assert c.thresholds.practical_pct == 5.0
     assert c.thresholds.latency_p95_pct == 10.0
-    assert c.rounds == 5
+    assert c.rounds == "auto"
     assert c.modes == ["streaming", "non-streaming"]
     assert c.trigger == RepoConfig().trigger
 
@@ -193,16 +202,19 @@ def test_yaml_syntax_error_names_line_and_column(text: str, line: int, column: i
 @pytest.mark.parametrize(
     ("text", "field", "line", "words"),
     [
-        ("rounds: 1\n", "rounds", 1, "greater than or equal to 3"),
-        ("rounds: 51\nbudget: {max_rounds: 50}\n", "rounds", 1, "less than or equal to 50"),
+        ("rounds: 1\n", "rounds", 1, "at least 3 rounds a side"),
+        ("rounds: 51\nbudget: {max_rounds: 50}\n", "rounds", 1, "at most 50 rounds a side"),
         ("rounds: 12\n", "rounds", 1, "budget.max_rounds (10)"),
         ("gpus:\n  - h100\n  - a100\n", "gpus[1]", 3, "'H100' or 'H200'"),
         ("modes: [batch]\n", "modes[0]", 1, "'streaming' or 'non-streaming'"),
         ("thresholds:\n  latency_p95_pct: -1\n", "thresholds.latency_p95_pct", 2, ">= 0"),
         ("thresholds: {failure_rate: 2}\n", "thresholds.failure_rate", 1, "less than or equal"),
         ("thresholds: 3\n", "thresholds", 1, "mapping"),
-        ("rounds: five\n", "rounds", 1, "valid integer"),
-        ("rounds: true\n", "rounds", 1, "valid integer"),
+        ("rounds: five\n", "rounds", 1, "a whole number of rounds a side, or auto"),
+        ("rounds: true\n", "rounds", 1, "a whole number of rounds a side, or auto"),
+        ("rounds: '5'\n", "rounds", 1, "a whole number of rounds a side, or auto"),
+        ("budget: {gpu_minutes: 0}\n", "budget.gpu_minutes", 1, "greater than or equal to 1"),
+        ("budget: {gpu_minutes: fast}\n", "budget.gpu_minutes", 1, "valid number"),
         ("approval: sometimes\n", "approval", 1, "never-required"),
         ("base: latest\n", "base", 1, "'keep' or 'main'"),
         ("budget: {max_running: 0}\n", "budget.max_running", 1, "greater than or equal to 1"),
@@ -249,7 +261,7 @@ def test_render_error() -> None:
     assert f"({url}#L2)" in md  # links to the line
     assert "YAML syntax" in md
     assert "defaults" in md
-    assert "GPUs H100, H200; 5 rounds" in md
+    assert "GPUs H100, H200; rounds until decided (at most 10 a side)" in md
     assert "<b>" not in md.replace("`<b>`", "")  # markup from the file is not rendered
     invalid = parse("gpus: [a100]\nroundz: 3\n", html_url=url)
     md = render_error(invalid)
@@ -445,3 +457,33 @@ def test_benchmark_ref_is_a_ref_name() -> None:
         assert res.config.benchmark_ref is None
         assert res.problems, bad
         assert res.problems[0].field == "benchmark_ref"
+
+
+def test_rounds_auto_is_the_default_and_plans_an_adaptive_verification() -> None:
+    """`rounds: auto` (the default): pairs of rounds until decided, at most
+    `budget.max_rounds` a side and `budget.gpu_minutes` per verification and GPU kind."""
+    c = parse("budget: {max_rounds: 8, gpu_minutes: 90}\n").config
+    assert c.rounds == "auto"
+    plan = c.plan()
+    assert isinstance(plan, Plan)
+    assert (plan.adaptive, plan.rounds, plan.gpu_minutes) == (True, 8, 90.0)
+    asked = c.plan(rounds="auto", gpus=["h100"])
+    assert isinstance(asked, Plan)
+    assert (asked.adaptive, asked.rounds, asked.gpus) == (True, 8, ["H100"])
+    fixed = c.plan(rounds=5)
+    assert isinstance(fixed, Plan)
+    assert (fixed.adaptive, fixed.rounds, fixed.gpu_minutes) == (False, 5, None)
+    assert parse("rounds: AUTO\n").config.rounds == "auto"
+    assert "rounds until decided (at most 8 a side)" in c.summary()
+    assert "at most 90 GPU minutes a verification and GPU kind" in c.summary()
+    assert "no GPU-minute limit" in RepoConfig().summary()
+
+
+def test_fixed_rounds_still_plan_fixed() -> None:
+    c = parse("rounds: 6\n").config
+    plan = c.plan()
+    assert isinstance(plan, Plan)
+    assert (plan.adaptive, plan.rounds) == (False, 6)
+    assert "6 rounds a side" in c.summary()
+    assert rounds_phrase(6, False) == "6 rounds a side"
+    assert rounds_phrase(10, True) == "rounds until decided (at most 10 a side)"

@@ -147,7 +147,9 @@ def fill(template: str, values: dict[str, str]) -> str:
     return re.sub(r"\$\{\{\s*inputs\.(\w+)\s*\}\}", lambda m: values[m.group(1)], template)
 
 
-def app_inputs(gpu: str = "H200") -> dict[str, str]:
+def app_inputs(
+    gpu: str = "H200", *, adaptive: bool = False, rounds: int = 5, minutes: float | None = None
+) -> dict[str, str]:
     """What the App dispatches (bot/verification/effects.py), for one made-up verification."""
     from bot.verification import effects
 
@@ -159,7 +161,9 @@ def app_inputs(gpu: str = "H200") -> dict[str, str]:
         head_repo="openrsi-bot/sglang-omni",
         head_sha="fe4b23f06b27f7b2492703891c8036a919d2041e",
         task="cosyvoice3",
-        rounds=5,
+        rounds=rounds,
+        adaptive=adaptive,
+        gpu_budget_minutes=minutes,
         modes=["streaming", "non-streaming"],
     )
     return dict(effects.dispatch_inputs(v, gpu))  # type: ignore[arg-type]
@@ -403,41 +407,91 @@ def test_workspace_cleaned_last() -> None:
     assert "rsi-work" in last["run"]
 
 
-def _verify_argv(values: dict[str, str]) -> list[str]:
-    """The `python3 -m runners verify …` line of the workflow, shell variables filled."""
-    script = step("verify", "Verify base and head")["run"]
-    start = script.index("python3 -m runners verify")
-    lines = []
-    for ln in script[start:].splitlines():
-        lines.append(ln.rstrip().removesuffix("\\"))
-        if not ln.rstrip().endswith("\\"):
-            break
-    text = re.sub(r"\$\{?(\w+)\}?", lambda m: values[m.group(1)], " ".join(lines))
-    argv = shlex.split(text)
-    assert argv[:3] == ["python3", "-m", "runners"]
-    return argv[3:]
+def _verify_argv(
+    sent: dict[str, str], tmp: Path, server_url: str = "https://github.com"
+) -> list[str]:
+    """The arguments the workflow's verify step gives `python3 -m runners`, found by
+    running the step's script for these inputs with `python3` (and `sudo`) replaced by
+    stand-ins that record their arguments. `server_url` is what `github.server_url` gives
+    the job."""
+    verify_step = step("verify", "Verify base and head")
+    assert verify_step["env"]["RSI_SERVER_URL"] == "${{ github.server_url }}"
+    script = verify_step["run"]
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "python3").write_text(
+        '#!/bin/bash\nprintf \'%s\\0\' "$@" > "$ARGV_FILE"\n', encoding="utf-8"
+    )
+    (bin_dir / "sudo").write_text('#!/bin/bash\nshift 2\nexec "$@"\n', encoding="utf-8")
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("ACT", "RSI_CANDIDATE_PYTHON")}
+    env |= {f"RSI_{k.upper()}": v for k, v in sent.items()}
+    env |= {
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "RUNNER_TEMP": str(tmp / "runner"),
+        "ARGV_FILE": str(tmp / "argv"),
+        "RSI_SERVER_URL": server_url,
+    }
+    r = run(["bash", "-c", script], env=env, timeout=30)
+    assert r.returncode == 0, r.stdout + r.stderr
+    argv = (tmp / "argv").read_text(encoding="utf-8").split("\0")[:-1]
+    assert argv[:2] == ["-m", "runners"], argv
+    return argv[2:]
 
 
-def test_verify_command_matches_the_runner_cli() -> None:
+def test_the_repositories_are_cloned_from_the_server_github_gives_the_job(
+    tmp_path: Path,
+) -> None:
+    from runners.__main__ import parser
+
+    # GitHub Enterprise Server: the job's github.server_url, never github.com.
+    argv = _verify_argv(app_inputs("H200"), tmp_path, "https://ghe.example.test")
+    args = parser().parse_args(argv)
+    assert args.repo == "https://ghe.example.test/sgl-project/sglang-omni"
+    assert args.head_repo == "https://ghe.example.test/openrsi-bot/sglang-omni"
+    assert "https://github.com" not in WORKFLOW.read_text(encoding="utf-8")
+
+
+def test_verify_command_matches_the_runner_cli(tmp_path: Path) -> None:
     from runners.__main__ import parser
 
     sent = app_inputs("H200")
-    values = {f"RSI_{k.upper()}": v for k, v in sent.items()}
-    values |= {
-        "RUNNER_TEMP": "/tmp/runner",
-        "repo_url": f"https://github.com/{sent['repo']}",
-        "head_url": f"https://github.com/{sent['head_repo']}",
-    }
-    args = parser().parse_args(_verify_argv(values))
+    args = parser().parse_args(_verify_argv(sent, tmp_path))
     assert args.command == "verify"
     assert args.repo == "https://github.com/sgl-project/sglang-omni"
     assert args.head_repo == "https://github.com/openrsi-bot/sglang-omni"
     assert (args.base, args.head) == (sent["base_sha"], sent["head_sha"])
     assert (args.task, args.gpu, args.rounds) == ("cosyvoice3", "h200", 5)
     assert args.modes == ["streaming", "non-streaming"]
-    assert str(args.out) == "/tmp/runner/bundle"
+    assert str(args.out) == str(tmp_path / "runner" / "bundle")
     assert args.verification_id == sent["verification_id"]
     assert args.repo_name == sent["repo"]
+
+
+@pytest.mark.parametrize(
+    ("rounds", "minutes", "sent", "expected"),
+    [
+        (10, 120.0, "auto:10:120", ("auto", 10, 120.0)),
+        (8, None, "auto:8", ("auto", 8, None)),
+        (12, 37.5, "auto:12:37.5", ("auto", 12, 37.5)),
+    ],
+)
+def test_auto_rounds_carry_the_cap_and_budget_to_the_runner(
+    tmp_path: Path, rounds: int, minutes: float | None, sent: str, expected: tuple[Any, ...]
+) -> None:
+    """An adaptive verification's cap and GPU minutes travel in the one `rounds` input
+    (a dispatch takes at most ten) and reach the runner as its own options."""
+    from runners.__main__ import parser
+
+    inputs_ = app_inputs("H100", adaptive=True, rounds=rounds, minutes=minutes)
+    assert inputs_["rounds"] == sent
+    env = {f"RSI_{k.upper()}": v for k, v in inputs_.items()}
+    r = _validate(env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    args = parser().parse_args(_verify_argv(inputs_, tmp_path))
+    assert (args.rounds, args.max_rounds, args.gpu_minutes) == expected
+    assert args.gpu == "h100"
 
 
 def _validate(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -453,17 +507,17 @@ def test_input_validation_accepts_what_the_app_sends() -> None:
         assert r.returncode == 0, r.stdout + r.stderr
 
 
-def test_input_validation_accepts_auto_rounds_and_the_runner_reads_them() -> None:
+def env_inputs(env: dict[str, str]) -> dict[str, str]:
+    return {k.removeprefix("RSI_").lower(): v for k, v in env.items()}
+
+
+def test_input_validation_accepts_auto_rounds_and_the_runner_reads_them(tmp_path: Path) -> None:
     from runners.__main__ import parser
 
     env = {f"RSI_{k.upper()}": v for k, v in app_inputs().items()} | {"RSI_ROUNDS": "auto"}
     r = _validate(env)
     assert r.returncode == 0, r.stdout + r.stderr
-    script = step("verify", "Verify base and head")["run"]
-    assert '--rounds "$RSI_ROUNDS"' in script
-    argv = ["verify", "--repo", "r", "--base", "b", "--head", "h", "--task", "dry"]
-    argv += ["--gpu", "h200", "--rounds", "auto", "--modes", "streaming", "--out", "o"]
-    args = parser().parse_args(argv)
+    args = parser().parse_args(_verify_argv(env_inputs(env), tmp_path))
     assert (args.rounds, args.max_rounds, args.gpu_minutes) == ("auto", 10, None)
 
 
@@ -478,6 +532,13 @@ def test_input_validation_accepts_auto_rounds_and_the_runner_reads_them() -> Non
         ("RSI_ROUNDS", "0"),
         ("RSI_ROUNDS", "auto;id"),
         ("RSI_ROUNDS", "AUTO"),
+        ("RSI_ROUNDS", "auto:"),
+        ("RSI_ROUNDS", "auto:0"),
+        ("RSI_ROUNDS", "auto:10:0"),
+        ("RSI_ROUNDS", "auto::120"),
+        ("RSI_ROUNDS", "auto:10:120:3"),
+        ("RSI_ROUNDS", "auto:10:1e5"),
+        ("RSI_ROUNDS", "auto:10:120;id"),
         ("RSI_MODES", "streaming;id"),
         ("RSI_VERIFICATION_ID", "v-X$(id)"),
         ("RSI_PR", "12a"),

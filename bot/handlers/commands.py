@@ -158,6 +158,8 @@ def _reverify(ctx: Context, number: int, user: str, cmd: Command, said: Said) ->
         trigger=f"/rsi reverify by @{user}",
         gpus=plan.gpus,
         rounds=plan.rounds,
+        adaptive=plan.adaptive,
+        gpu_minutes=plan.gpu_minutes,
         modes=plan.modes,
         requested_by=user,
         base_sha=base_sha,

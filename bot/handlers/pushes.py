@@ -124,6 +124,8 @@ def pushed(ctx: Context) -> None:
         trigger=f"{trigger} by @{sender}",
         gpus=plan.gpus,
         rounds=plan.rounds,
+        adaptive=plan.adaptive,
+        gpu_minutes=plan.gpu_minutes,
         modes=plan.modes,
         base_sha=base_sha,
         review_round=answers_review,

@@ -44,6 +44,8 @@ def rerun(ctx: Context) -> None:
         trigger=f"Re-run by @{sender}",
         gpus=plan.gpus,
         rounds=plan.rounds,
+        adaptive=plan.adaptive,
+        gpu_minutes=plan.gpu_minutes,
         modes=plan.modes,
         requested_by=sender,
     )

@@ -182,6 +182,18 @@ def dispatch(svc: Services, vid: str, e: M.Dispatch) -> M.Event | None:
     return M.Dispatched(e.gpu, run_id, url)
 
 
+def rounds_input(v: Verification) -> str:
+    """The workflow's `rounds` input: a number a side, or `auto:MAX[:GPU_MINUTES]` — rounds
+    until decided, at most MAX a side and GPU_MINUTES for this GPU kind (none: no limit).
+    One input carries all three: a dispatch takes at most ten inputs."""
+    if not v.adaptive:
+        return str(v.rounds)
+    out = f"auto:{v.rounds}"
+    if v.gpu_budget_minutes is not None:
+        out += f":{v.gpu_budget_minutes:.10g}"
+    return out
+
+
 def dispatch_inputs(v: Verification, gpu: str) -> dict[str, str]:
     """The dispatch contract; workflow inputs travel as strings."""
     return {
@@ -193,7 +205,7 @@ def dispatch_inputs(v: Verification, gpu: str) -> dict[str, str]:
         "head_sha": v.head_sha,
         "task": v.task,
         "gpu": gpu.lower(),
-        "rounds": str(v.rounds),
+        "rounds": rounds_input(v),
         "modes": ",".join(v.modes),
     }
 

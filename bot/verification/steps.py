@@ -219,6 +219,8 @@ def verify_head(
     gpus: list[str],
     rounds: int,
     modes: list[str],
+    adaptive: bool = False,
+    gpu_minutes: float | None = None,
     requested_by: str | None = None,
     base_sha: str | None = None,
     review_round: bool = False,
@@ -226,16 +228,24 @@ def verify_head(
     """Queue a verification of the PR's head (a copy of the PR's last candidate with the
     new head) and supersede every earlier one still active. None when the PR has no
     earlier verification to copy. An active verification of the same head, base, GPUs,
-    rounds and modes is returned as it is (with `requested_by` if it had nobody)."""
+    rounds (fixed, or until decided with the same cap and budget) and modes is returned
+    as it is (with `requested_by` if it had nobody)."""
     with svc.db.session() as s:
         prev = store.latest(s, repo, number)
         pr = store.pull_request(s, repo, number)
         if prev is None or pr is None:
             return None
         base = base_sha or prev.base_sha
-        wanted = (head_sha, base, sorted(g.upper() for g in gpus), rounds, sorted(modes))
+        wanted = (
+            head_sha,
+            base,
+            sorted(g.upper() for g in gpus),
+            (rounds, adaptive, gpu_minutes),
+            sorted(modes),
+        )
         for v in store.active(s, repo, number):
-            if (v.head_sha, v.base_sha, sorted(v.gpus), v.rounds, sorted(v.modes)) == wanted:
+            how_many = (v.rounds, bool(v.adaptive), v.gpu_budget_minutes)
+            if (v.head_sha, v.base_sha, sorted(v.gpus), how_many, sorted(v.modes)) == wanted:
                 # The same measurement is under way: whoever asks is told when it ends.
                 v.requested_by = v.requested_by or requested_by
                 return v
@@ -259,6 +269,8 @@ def verify_head(
                 head_ref=pr.head_ref,
                 gpus=gpus,
                 rounds=rounds,
+                adaptive=adaptive,
+                gpu_minutes=gpu_minutes,
                 modes=modes,
                 candidate=cand,
                 candidate_id=prev.candidate_id,

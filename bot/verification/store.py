@@ -56,10 +56,12 @@ class NewVerification:
     head_repo: str
     head_ref: str
     gpus: list[str]
-    rounds: int
+    rounds: int  # a side; with `adaptive`, the most a side
     modes: list[str]
     candidate: dict[str, Any]
     trigger: str
+    adaptive: bool = False  # rounds until decided
+    gpu_minutes: float | None = None  # adaptive: the budget per GPU kind (None: no limit)
     pr_number: int | None = None
     candidate_id: str | None = None
     requested_by: str | None = None
@@ -82,6 +84,8 @@ def create(s: Session, new: NewVerification) -> Verification:
         head_ref=new.head_ref,
         gpus=gpus,
         rounds=new.rounds,
+        adaptive=new.adaptive,
+        gpu_budget_minutes=new.gpu_minutes,
         modes=list(new.modes),
         candidate=new.candidate,
         trigger=new.trigger,

@@ -206,6 +206,8 @@ def candidates() -> tuple[Response, int]:
                     head_ref=cand.head.ref,
                     gpus=plan.gpus,
                     rounds=plan.rounds,
+                    adaptive=plan.adaptive,
+                    gpu_minutes=plan.gpu_minutes,
                     modes=plan.modes,
                     candidate=cand.model_dump(mode="json"),
                     candidate_id=cand.candidate_id,
