@@ -301,5 +301,31 @@ def setup(host: str, port: int, manifest: Path | None) -> None:
     ).run()
 
 
+@main.command("runner-repo")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path), metavar="DIR")
+def runner_repo(directory: Path) -> None:
+    """Write or update the runner repository in DIR from this version of rsi-bot.
+
+    Writes .github/workflows/rsi-verify.yml, runners/ (the runner's Python files, task
+    files and container recipe), .github/actionlint.yaml and RSI-VERSION (the version,
+    the commit and each file's SHA-256). Running it twice changes nothing; files an older
+    version wrote and this one no longer ships are removed. Commit DIR's changes then.
+    """
+    from bot import runner_repo as rr
+
+    result = rr.write(directory)
+    for rel in result.written:
+        click.echo(f"wrote    {rel}")
+    for rel in result.removed:
+        click.echo(f"removed  {rel}")
+    for rel in result.foreign:
+        click.echo(f"kept     {rel} (not written by rsi-bot)")
+    version = (directory / rr.VERSION_FILE).read_text().splitlines()[1:3]
+    click.echo(
+        f"{directory}: {len(result.written)} written, {len(result.removed)} removed, "
+        f"{len(result.unchanged)} unchanged ({', '.join(version)})"
+    )
+
+
 if __name__ == "__main__":
     main()
