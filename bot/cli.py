@@ -225,12 +225,27 @@ def serve(host: str, port: int, workers: int, web_workers: int) -> None:
     metrics_port = settings.METRICS_PORT or None
     if metrics_port:
         bind.append(serving.bind_address(settings.METRICS_HOST, metrics_port))
-    click.echo(f"rsi-bot listening on http://{host}:{port} (database {settings.DATABASE_URL})")
+
+    def ready(bound: list[tuple[str, int]]) -> None:
+        click.echo(
+            f"rsi-bot listening on {serving.url_of(*bound[0])} (database {settings.DATABASE_URL})"
+        )
+        _warn_loopback(settings.PUBLIC_URL)
+
     serving.WebServer(
         _web_app,
         {"bind": bind, "workers": web_workers},
         queue_worker=serving.queue_worker_command(workers, metrics_port and metrics_port + 1),
+        ready=ready,
     ).run()
+
+
+def _warn_loopback(public_url: str) -> None:
+    from bot.config import loopback_warning
+
+    warning = loopback_warning(public_url)
+    if warning:
+        click.echo(warning, err=True)
 
 
 def _web_app() -> object:
@@ -277,9 +292,14 @@ def setup(host: str, port: int, manifest: Path | None) -> None:
     WEBHOOK_SECRET and RSI_INTAKE_SECRET into RSI_ENV_FILE (default .env).
     """
     from bot import observability, serving
+    from bot.config import ConfigError
     from bot.web.setup import create_setup_app, load_setup_settings
 
-    settings = load_setup_settings()
+    try:
+        settings = load_setup_settings()
+    except ConfigError as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(2)
     if settings.APP_ID is not None:
         click.echo(
             f"rsi-bot setup: APP_ID is already set (environment or {settings.RSI_ENV_FILE}); "
@@ -288,16 +308,28 @@ def setup(host: str, port: int, manifest: Path | None) -> None:
         )
         sys.exit(2)
     observability.configure_logging(settings)
-    create_setup_app(settings, manifest=manifest)  # a bad manifest stops here, not in gunicorn
-    click.echo(
-        f"rsi-bot setup listening on http://{host}:{port}: open {settings.public_url}/setup "
-        f"(GitHub sends you back to {settings.public_url}/setup/complete, so that URL must "
-        "reach this server). Stop with Ctrl-C once the App is created."
-    )
+    try:  # a bad manifest stops here, not in gunicorn
+        create_setup_app(settings, manifest=manifest)
+    except ConfigError as exc:
+        click.echo(f"rsi-bot setup cannot start: {exc}", err=True)
+        sys.exit(2)
+
+    def ready(bound: list[tuple[str, int]]) -> None:
+        listening = serving.url_of(*bound[0])
+        if not settings.public_url_given:  # the workers fork after this, and see it
+            settings.PUBLIC_URL = listening
+        click.echo(
+            f"rsi-bot setup listening on {listening}: open {settings.public_url}/setup "
+            f"(GitHub sends you back to {settings.public_url}/setup/complete, so that URL must "
+            "reach this server). Stop with Ctrl-C once the App is created."
+        )
+        _warn_loopback(settings.public_url)
+
     # One worker: the states it issues live in its memory.
     serving.WebServer(
         lambda: create_setup_app(settings, manifest=manifest),
         {"bind": [serving.bind_address(host, port)], "workers": 1},
+        ready=ready,
     ).run()
 
 

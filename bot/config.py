@@ -1,13 +1,19 @@
 """The App's configuration: environment variables, validated once at boot (12-factor).
 
-`load_settings()` fails with one message naming every missing or malformed variable;
-secrets are `SecretStr`, so they never appear in a repr or a log line.
+`load_settings()` fails with one line for each missing or malformed variable, naming it
+and what is wrong (the commands print them and exit 2, before touching the database);
+the App's private key is read and parsed here, so a key that is missing or not a PEM RSA
+key stops the process at boot. Secrets are `SecretStr`, so they never appear in a repr or
+a log line.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
+from typing import Literal
+from urllib.parse import urlsplit
 
 from dotenv import dotenv_values
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
@@ -32,6 +38,8 @@ class MetricsSettings(BaseSettings):
     METRICS_HOST: str = "127.0.0.1"
     METRICS_PORT: int = Field(default=9100, ge=0, le=65535)  # 0: no metrics listener
     METRICS_PUBLIC: bool = False
+    # `text` or `json` (one object a line); gunicorn's own lines follow it too.
+    LOG_FORMAT: Literal["text", "json"] = "text"
 
 
 class Settings(MetricsSettings):
@@ -78,6 +86,30 @@ class Settings(MetricsSettings):
     def _no_trailing_slash(cls, v: str) -> str:
         return v.rstrip("/")
 
+    @field_validator("PRIVATE_KEY")
+    @classmethod
+    def _key_parses(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is not None:
+            check_private_key(_unescape(v.get_secret_value()))
+        return v
+
+    @field_validator("PRIVATE_KEY_PATH")
+    @classmethod
+    def _key_file_parses(cls, v: Path | None) -> Path | None:
+        if v is not None:
+            try:
+                text = v.expanduser().read_text()
+            except FileNotFoundError:
+                raise ValueError(f"{v}: no such file") from None
+            except (OSError, UnicodeDecodeError) as exc:
+                why = getattr(exc, "strerror", None) or "not a text file"
+                raise ValueError(f"{v}: cannot be read ({why})") from None
+            try:
+                check_private_key(text)
+            except ValueError as exc:
+                raise ValueError(f"{v}: {exc}") from None
+        return v
+
     @model_validator(mode="after")
     def _key_given(self) -> Settings:
         if self.PRIVATE_KEY is None and self.PRIVATE_KEY_PATH is None:
@@ -87,7 +119,7 @@ class Settings(MetricsSettings):
     def private_key(self) -> str:
         if self.PRIVATE_KEY is not None:
             # Keys pasted into one-line environments often carry literal "\n".
-            return self.PRIVATE_KEY.get_secret_value().replace("\\n", "\n")
+            return _unescape(self.PRIVATE_KEY.get_secret_value())
         assert self.PRIVATE_KEY_PATH is not None
         return self.PRIVATE_KEY_PATH.expanduser().read_text()
 
@@ -110,6 +142,62 @@ class Settings(MetricsSettings):
 KEY_MISSING = "set PRIVATE_KEY or PRIVATE_KEY_PATH (the App's private key)"
 
 
+def _unescape(key: str) -> str:
+    """Keys pasted into one-line environments often carry literal "\\n"."""
+    return key.replace("\\n", "\n")
+
+
+def check_private_key(pem: str) -> None:
+    """Raise ValueError (one line) unless `pem` is an unencrypted PEM RSA private key, the
+    kind GitHub issues to an App."""
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+    if "-----BEGIN" not in pem:
+        raise ValueError("not a PEM private key (no -----BEGIN line)")
+    try:
+        key = load_pem_private_key(pem.strip().encode(), password=None)
+    except TypeError:
+        raise ValueError("the private key is encrypted; give the key GitHub issued") from None
+    except Exception:  # ValueError, UnsupportedAlgorithm: cryptography's words vary
+        raise ValueError("not a PEM private key (it does not parse)") from None
+    if not isinstance(key, rsa.RSAPrivateKey):
+        raise ValueError("not an RSA private key (GitHub Apps sign with RSA)")
+
+
+def is_loopback_url(url: str) -> bool:
+    """Whether `url`'s host is this machine only (localhost, 127.0.0.0/8, ::1), which
+    GitHub cannot deliver webhooks to."""
+    host = (urlsplit(url).hostname or "").lower().rstrip(".")
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def loopback_warning(url: str) -> str | None:
+    """The one-line warning for a PUBLIC_URL that GitHub cannot reach, or None."""
+    if not is_loopback_url(url):
+        return None
+    return (
+        f"rsi-bot: warning: PUBLIC_URL {url} is a loopback address: GitHub cannot deliver "
+        "webhooks to it; set PUBLIC_URL to an address GitHub reaches (a public host or a tunnel)"
+    )
+
+
+def error_lines(exc: ValidationError) -> list[str]:
+    """One line per error: `VARIABLE: what is wrong`."""
+    lines = []
+    for err in exc.errors():
+        name = ".".join(str(x) for x in err["loc"])
+        what = "is missing" if err["type"] == "missing" else err["msg"]
+        what = what.removeprefix("Value error, ")
+        lines.append(" ".join((f"{name}: {what}" if name else what).split()))
+    return lines
+
+
 def _key_missing(overrides: dict[str, object]) -> bool:
     """Whether any source names the key (the model check alone runs only when every field
     is valid, and a boot message should list everything at once)."""
@@ -125,13 +213,7 @@ def load_settings(**overrides: object) -> Settings:
     try:
         return Settings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:
-        lines = []
-        for err in exc.errors():
-            name = ".".join(str(x) for x in err["loc"]) or "configuration"
-            what = "is missing" if err["type"] == "missing" else err["msg"]
-            lines.append(f"  {name}: {what}")
+        lines = error_lines(exc)
         if _key_missing(overrides) and not any(KEY_MISSING in line for line in lines):
-            lines.append(f"  PRIVATE_KEY: {KEY_MISSING}")
-        raise ConfigError(
-            "rsi-bot cannot start; fix these environment variables:\n" + "\n".join(lines)
-        ) from None
+            lines.append(KEY_MISSING)
+        raise ConfigError("\n".join(f"rsi-bot cannot start: {line}" for line in lines)) from None

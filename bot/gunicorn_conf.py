@@ -22,18 +22,44 @@ Once a worker has loaded the app, its objects (≈150,000: SQLAlchemy, PyGithub,
 …) are moved out of the garbage collector's view with `gc.freeze()`, so collections
 triggered by request handling no longer walk them. Command-line flags override these;
 `WEB_CONCURRENCY`, `GUNICORN_WORKER_CLASS` (e.g. `gthread`, with `GUNICORN_THREADS`) and
-`PORT` are read from the environment.
+`PORT` are read from the environment; `LOG_FORMAT=json` writes gunicorn's own lines as
+JSON too. Under gunicorn's command line the App's configuration is checked here, in the
+arbiter, before anything is bound (`_check_settings`).
 """
 
 from __future__ import annotations
 
 import gc
 import os
+import sys
 from typing import Any
 
 from bot.config import MetricsSettings
 from bot.serving import bind_address, raise_open_files_limit
 
+
+def _check_settings() -> None:
+    """Under gunicorn's own command line (the Procfile's `web:`), validate the App's
+    configuration in the arbiter, before it binds or starts a worker: a bad variable (a
+    private key that is missing or does not parse) stops gunicorn with one line per
+    variable and exit status 2, where a worker failing to build the app would print a
+    traceback. `rsi-bot serve` has checked already (it runs gunicorn from Python, which
+    does not load `gunicorn.app.wsgiapp`), and `rsi-bot setup` needs none of it."""
+    if "gunicorn.app.wsgiapp" not in sys.modules:
+        return
+    from bot.config import ConfigError, load_settings, loopback_warning
+
+    try:
+        settings = load_settings()
+    except ConfigError as exc:
+        print(exc, file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+    warning = loopback_warning(settings.PUBLIC_URL)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
+
+
+_check_settings()
 _metrics = MetricsSettings()
 _port = os.environ.get("PORT", "8000")
 if str(_metrics.METRICS_PORT) == _port:
@@ -47,6 +73,8 @@ worker_connections = 10_000  # gevent: open connections per worker (a greenlet e
 threads = int(os.environ.get("GUNICORN_THREADS", "4"))  # gthread only
 keepalive = 5  # gevent: seconds to send the request line and headers; idle keep-alive
 timeout = 30  # a webhook's acknowledgement takes milliseconds; GitHub gives up after 10 s
+if _metrics.LOG_FORMAT == "json":
+    logger_class = "bot.serving.JsonLogger"  # gunicorn's lines as the App's JSON lines
 control_socket_disable = True  # no control socket: nothing drives the App through it
 
 

@@ -25,7 +25,10 @@ from typing import Any
 
 from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
+from gunicorn.glogging import Logger as GunicornLogger
 from gunicorn.workers import ggevent
+
+from bot.observability.logs import JsonFormatter
 
 BODY_TIMEOUT_S = 10.0
 """From the end of its headers, how long a client has to send its whole body. GitHub's
@@ -101,6 +104,14 @@ class GeventWorker(ggevent.GeventWorker):  # type: ignore[misc]
         req.body = io.BytesIO(body)
 
 
+class JsonLogger(GunicornLogger):  # type: ignore[misc]
+    """gunicorn's own lines (its error log, and the access log when one is set) as the
+    App's JSON lines, with `LOG_FORMAT=json` (`bot.gunicorn_conf` picks it)."""
+
+    def _set_handler(self, log: Any, output: Any, fmt: Any, stream: Any = None) -> None:
+        super()._set_handler(log, output, JsonFormatter(), stream)
+
+
 # --- gunicorn from Python -------------------------------------------------------------------
 
 
@@ -116,17 +127,21 @@ def raise_open_files_limit() -> None:
 class WebServer(BaseApplication):  # type: ignore[misc]
     """gunicorn with `bot.gunicorn_conf`, then `options` (e.g. `bind`, `workers`) over it.
     `app` builds the WSGI application in each worker; `queue_worker` is the command line
-    of a process to run (and restart) beside the web workers."""
+    of a process to run (and restart) beside the web workers; `ready` is called in the
+    arbiter with the addresses its listeners are bound to (`host`, `port`: the port the
+    system chose for a 0), once bound and before the workers start."""
 
     def __init__(
         self,
         app: Callable[[], Any],
         options: dict[str, Any],
         queue_worker: list[str] | None = None,
+        ready: Callable[[list[tuple[str, int]]], None] | None = None,
     ) -> None:
         self.app_factory = app
         self.options = options
         self.queue_worker = queue_worker
+        self.ready = ready
         super().__init__()
 
     def load_config(self) -> None:
@@ -135,6 +150,9 @@ class WebServer(BaseApplication):  # type: ignore[misc]
         for name, value in settings.items():
             if name in self.cfg.settings and value is not None:
                 self.cfg.set(name, value)
+        if self.ready is not None:
+            ready = self.ready
+            self.cfg.set("when_ready", lambda server: ready(bound_addresses(server)))
 
     def load(self) -> Any:
         return self.app_factory()
@@ -186,6 +204,26 @@ def queue_worker_command(workers: int, metrics_port: int | None) -> list[str]:
     if metrics_port:
         cmd += ["--metrics-port", str(metrics_port)]
     return cmd
+
+
+def bound_addresses(server: Any) -> list[tuple[str, int]]:
+    """(host, port) of each listening socket of a gunicorn arbiter, as bound."""
+    out = []
+    for listener in server.LISTENERS:
+        name = listener.sock.getsockname()
+        if isinstance(name, tuple):  # not a Unix socket
+            out.append((str(name[0]), int(name[1])))
+    return out
+
+
+def url_of(host: str, port: int) -> str:
+    """`http://host:port`; an address of every interface (0.0.0.0, ::) is reached
+    through loopback on this machine."""
+    if host in ("0.0.0.0", ""):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    return f"http://{bind_address(host, port)}"
 
 
 def bind_address(host: str, port: int) -> str:

@@ -85,20 +85,20 @@ def test_settings_never_show_secrets() -> None:
     s = load_settings(
         _env_file=None,
         APP_ID=1,
-        PRIVATE_KEY="-----BEGIN KEY-----",
+        PRIVATE_KEY=appkit.private_key_pem(),
         WEBHOOK_SECRET="w-s3cr3t",
         RSI_INTAKE_SECRET="i-s3cr3t",
         RSI_RUNNER_REPO="o/r",
         SENTRY_DSN="https://k3y@sentry.example/1",
     )
     text = repr(s) + str(s.model_dump())
-    for secret in ("w-s3cr3t", "i-s3cr3t", "BEGIN KEY", "k3y@"):
+    for secret in ("w-s3cr3t", "i-s3cr3t", "PRIVATE KEY", "k3y@"):
         assert secret not in text
     with pytest.raises(ConfigError, match="RSI_RUNNER_REPO"):
         load_settings(
             _env_file=None,
             APP_ID=1,
-            PRIVATE_KEY="k",
+            PRIVATE_KEY=appkit.private_key_pem(),
             WEBHOOK_SECRET="w",
             RSI_INTAKE_SECRET="i",
             RSI_RUNNER_REPO="not a repo",

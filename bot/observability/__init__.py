@@ -4,7 +4,9 @@
   web app and every CLI command call it). Every record carries `delivery_id`, taken from
   a context variable that the webhook endpoint binds for its request and
   the delivery job binds for its job, so each line about a delivery reads
-  `… bot.web.webhooks delivery=<X-GitHub-Delivery>: …`.
+  `… bot.web.webhooks delivery=<X-GitHub-Delivery>: …`. `LOG_FORMAT=json` writes one
+  JSON object a line instead; neither writes colour codes to a stream that is not a
+  terminal.
 * **Sentry.** `init_sentry(settings, component)` when `SENTRY_DSN` is set, with
   `send_default_pii=False` and a `before_send` that scrubs the App's secrets, credential
   headers, GitHub tokens, private keys, report tokens and request bodies (`Scrubber`).
@@ -31,10 +33,12 @@ from bot.observability.logs import (
     LOG_FORMAT,
     ContextFormatter,
     DeliveryFilter,
+    JsonFormatter,
     bind_delivery,
     configure_logging,
     current_delivery,
     delivery_context,
+    strip_escapes,
     verification_context,
 )
 from bot.observability.metrics import (
@@ -63,6 +67,7 @@ __all__ = [
     "ContextFormatter",
     "DeliveryFilter",
     "GitHubRateLimit",
+    "JsonFormatter",
     "Metrics",
     "Scrubber",
     "VerificationStates",
@@ -79,5 +84,6 @@ __all__ = [
     "instrument_huey",
     "metrics_registry",
     "serve_metrics",
+    "strip_escapes",
     "verification_context",
 ]

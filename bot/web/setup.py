@@ -38,7 +38,7 @@ import time
 from collections import OrderedDict
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote, urlencode
 
 import yaml
@@ -47,7 +47,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from pydantic import ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from bot.config import ConfigError
+from bot.config import ConfigError, error_lines
 from bot.github import manifest
 
 log = logging.getLogger(__name__)
@@ -75,6 +75,7 @@ class SetupSettings(BaseSettings):
     GITHUB_WEB_URL: str | None = None
     RSI_ENV_FILE: Path = Path(".env")
     LOG_LEVEL: str = "INFO"
+    LOG_FORMAT: Literal["text", "json"] = "text"
 
     @field_validator("GITHUB_API_URL", "PUBLIC_URL")
     @classmethod
@@ -84,6 +85,11 @@ class SetupSettings(BaseSettings):
     @property
     def public_url(self) -> str:
         return self.PUBLIC_URL
+
+    @property
+    def public_url_given(self) -> bool:
+        """Whether PUBLIC_URL was set (otherwise setup uses the address it listens on)."""
+        return "PUBLIC_URL" in self.model_fields_set
 
     @property
     def web_url(self) -> str:
@@ -104,8 +110,8 @@ def load_setup_settings() -> SetupSettings:
             RSI_ENV_FILE=env_file,
         )
     except ValidationError as exc:
-        lines = [f"  {'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()]
-        raise ConfigError("rsi-bot setup cannot start:\n" + "\n".join(lines)) from None
+        lines = error_lines(exc)
+        raise ConfigError("\n".join(f"rsi-bot setup cannot start: {x}" for x in lines)) from None
 
 
 # --- the manifest ---------------------------------------------------------------------------
