@@ -150,7 +150,30 @@ def _cell(h: dict[str, Any] | None, verdict: str | None) -> str:
     figure = fmt_pct(h.get("delta_pct"))
     if h.get("ci_low_pct") is not None and h.get("ci_high_pct") is not None:
         figure += " " + fmt_interval(h.get("ci_low_pct"), h.get("ci_high_pct"))
-    return f"{figure} {h.get('verdict') or verdict or ''}".strip()
+    out = f"{figure} {h.get('verdict') or verdict or ''}".strip()
+    minutes = (h.get("gpu_minutes") or {}).get("total")
+    if isinstance(minutes, int | float):
+        out += f" · {minutes:.1f} GPU min"
+    if h.get("stopped"):
+        out += f" ({h['stopped']})"
+    return out
+
+
+def gpu_time(v: Verification) -> list[str]:
+    """Per GPU kind: the GPU minutes each side held, start-ups included (published
+    verifications whose bundles recorded them)."""
+    out = []
+    for g, h in (v.headline or {}).items():
+        m = (h or {}).get("gpu_minutes") or {}
+        if isinstance(m.get("total"), int | float):
+            line = (
+                f"{g} {m['total']:.1f} min (base {m.get('base') or 0:.1f}, "
+                f"head {m.get('head') or 0:.1f})"
+            )
+            if h.get("stopped"):
+                line += f", rounds stopped: {h['stopped']}"
+            out.append(line)
+    return out
 
 
 _MENTION = re.compile(r"@([A-Za-z0-9-]+(?:\[bot\])?)")
@@ -320,7 +343,7 @@ def status_reply(v: Verification, user: str, queued: str, expected: float | None
     if v.state == State.PUBLISHED.value:
         claim = CLAIM_WORDS.get(v.claim_status or "none", "")
         why = inert.text(f"{v.verdict}: {v.reason or ''}; {claim}")
-    return _say("status_reply", user, v, why, queued, expected, jobs(v))
+    return _say("status_reply", user, v, why, queued, expected, jobs(v), gpu_time(v))
 
 
 def nothing_verified(user: str) -> str:

@@ -21,6 +21,9 @@ from evidence.limits import DEFAULT, Limits
 from evidence.links import links, reproduce
 from evidence.load import Source, format_validation, load
 from evidence.model import (
+    Adaptive,
+    AdaptiveResult,
+    AdaptiveRowResult,
     AttributionEntry,
     Candidate,
     Evidence,
@@ -108,6 +111,8 @@ def build(inputs: Inputs) -> tuple[Evidence, list[Source]]:
                 (r.n_base for r in rows if r.gpu == src.gpu and r.primary), default=0
             ),
             per_request_audit=src.per_request,
+            adaptive=_adaptive(src.manifest.adaptive),
+            gpu_minutes=src.manifest.gpu_minutes,
         )
     m = sources[0].manifest
     ev = Evidence(
@@ -168,6 +173,25 @@ def one_verification(sources: list[Source]) -> None:
                     f"is for {label} {a}, {first.path} for {b}: bundles of different "
                     "verifications cannot be compared",
                 )
+
+
+def _adaptive(a: Adaptive | None) -> AdaptiveResult | None:
+    """What the evidence says of the runner's sequential decision."""
+    if a is None:
+        return None
+    return AdaptiveResult(
+        method=a.method,
+        stopped=a.stopped,
+        threshold_pct=a.threshold_pct,
+        max_rounds=a.max_rounds,
+        gpu_minutes_budget=a.gpu_minutes_budget,
+        rows=[
+            AdaptiveRowResult(
+                row=name, verdict=r.verdict, stopped=r.stopped, rounds=r.rounds, reason=r.reason
+            )
+            for name, r in a.rows.items()
+        ],
+    )
 
 
 def _side_means(src: Source, metric: str) -> dict[str, float | None]:

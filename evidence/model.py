@@ -70,6 +70,42 @@ class Commit(_Open):
     repo: str | None = None
 
 
+class GpuMinutes(_Open):
+    """Minutes each side held the GPU, server start-ups included (the runner's
+    `gpu_minutes`)."""
+
+    base: float | None = None
+    head: float | None = None
+    total: float | None = None
+
+
+class AdaptiveRow(_Open):
+    """One primary row's sequential decision (the runner's `adaptive.rows`)."""
+
+    verdict: str | None = None
+    stopped: str | None = None
+    rounds: int | None = None
+    detectable_pct: float | None = None
+    reason: str | None = None
+
+
+StopReason = Literal["decided", "max-rounds", "budget", "cut-short"]
+
+
+class Adaptive(_Open):
+    """`--rounds auto`: how the runner decided when to stop (docs/statistics.md)."""
+
+    method: str | None = None
+    threshold_pct: float | None = None
+    alpha: float | None = None
+    max_rounds: int | None = None
+    gpu_minutes_budget: float | None = None
+    looks: list[dict[str, Any]] = Field(default_factory=list)
+    stopped: StopReason | None = None
+    decisions: dict[str, str] = Field(default_factory=dict)
+    rows: dict[str, AdaptiveRow] = Field(default_factory=dict)
+
+
 class Manifest(_Open):
     schema_: Literal["rsi-bundle/1"] = Field(alias="schema")
     verification_id: str
@@ -89,6 +125,9 @@ class Manifest(_Open):
     benchmark_tree: dict[str, Any] | None = None
     digests: dict[str, str] | None = None
     survivors: list[dict[str, Any]] = Field(default_factory=list)
+    # Rounds until decided (None: fixed rounds), and the GPU time each side held.
+    adaptive: Adaptive | None = None
+    gpu_minutes: GpuMinutes | None = None
 
 
 # ------------------------------------------------------------------- candidate (intake)
@@ -235,6 +274,23 @@ class Headline(BaseModel):
     threshold_abs: float | None = None
 
 
+class AdaptiveRowResult(BaseModel):
+    row: str
+    verdict: str | None
+    stopped: str | None
+    rounds: int | None
+    reason: str | None
+
+
+class AdaptiveResult(BaseModel):
+    method: str | None
+    stopped: StopReason | None
+    threshold_pct: float | None
+    max_rounds: int | None
+    gpu_minutes_budget: float | None
+    rows: list[AdaptiveRowResult] = Field(default_factory=list)
+
+
 class GpuResult(BaseModel):
     verdict: Overall
     reason: str
@@ -246,6 +302,10 @@ class GpuResult(BaseModel):
     runner: str | None = None
     rounds_per_side: int = 0
     per_request_audit: bool = True
+    # The runner's sequential decision when the rounds ran until decided (None: fixed
+    # rounds), and the GPU minutes of each side, start-ups included (None: not recorded).
+    adaptive: AdaptiveResult | None = None
+    gpu_minutes: GpuMinutes | None = None
 
 
 class ClaimRowResult(BaseModel):

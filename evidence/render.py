@@ -545,6 +545,15 @@ def environment_views(ev: Evidence) -> list[EnvView]:
                 False,
             )
         )
+        if g.gpu_minutes is not None:
+            rows.append(
+                EnvRow(
+                    "GPU time (start-ups included)",
+                    _minutes(g.gpu_minutes.base),
+                    _minutes(g.gpu_minutes.head),
+                    False,
+                )
+            )
         rows.append(
             EnvRow(
                 "peak VRAM (mean)",
@@ -555,6 +564,68 @@ def environment_views(ev: Evidence) -> list[EnvView]:
         )
         views.append(EnvView(gpu, g.runner, g.rounds_per_side, rows))
     return views
+
+
+STOP_WORDS = {
+    "decided": "every primary row was improved, regressed or equivalent",
+    "max-rounds": "the most rounds a side were run before a decision",
+    "budget": "the GPU-minute budget was spent before a decision",
+    "cut-short": "cut short by a failed run or a time limit before a decision",
+}
+
+
+def _minutes(x: float | None) -> str:
+    return "not recorded" if x is None else f"{x:.1f} min"
+
+
+@dataclass(frozen=True)
+class RoundsView:
+    """Per GPU: how many rounds ran and why they stopped, and the GPU time they took."""
+
+    gpu: str
+    how: str  # "5 rounds a side" or "rounds until decided (at most 10 a side)"
+    stopped: str | None  # decided / max-rounds / budget / cut-short (adaptive only)
+    why: str | None  # the stop reason in words
+    method: str | None
+    rows: list[str]  # each primary row's decision, in the runner's words
+    minutes: str | None  # "12.3 GPU minutes (base 6.1, head 6.2)", start-ups included
+
+
+def rounds_views(ev: Evidence) -> list[RoundsView]:
+    """Only GPUs with something to say: a sequential stop or recorded GPU minutes."""
+    out = []
+    for gpu, g in ev.gpus.items():
+        a, gm = g.adaptive, g.gpu_minutes
+        if a is None and gm is None:
+            continue
+        minutes = None
+        if gm is not None:
+            minutes = (
+                f"{_minutes(gm.total)} of GPU time (base {_minutes(gm.base)}, head "
+                f"{_minutes(gm.head)}), server start-ups included"
+            )
+        if a is None:
+            how = f"{g.rounds_per_side} rounds a side"
+            out.append(RoundsView(gpu, how, None, None, None, [], minutes))
+            continue
+        cap = f"at most {a.max_rounds} a side" if a.max_rounds else "no cap"
+        if a.gpu_minutes_budget:
+            cap += f", {a.gpu_minutes_budget:g} GPU minutes"
+        rows = [
+            f"{r.row}: {r.verdict or 'undecided'}, {r.reason or ''}".rstrip(", ") for r in a.rows
+        ]
+        out.append(
+            RoundsView(
+                gpu,
+                f"rounds until decided ({cap})",
+                a.stopped,
+                STOP_WORDS.get(a.stopped or "", "not recorded"),
+                a.method,
+                rows,
+                minutes,
+            )
+        )
+    return out
 
 
 @dataclass(frozen=True)
@@ -798,6 +869,7 @@ def _md_context(ev: Evidence, report_url: str | None) -> dict[str, Any]:
         "verdict_note": verdict_note(ev),
         "repro": reproduce_view(ev),
         "counts": severity_counts(ev.audit),
+        "rounds_views": rounds_views(ev),
     }
 
 
@@ -912,6 +984,7 @@ def render_report(ev: Evidence, out_dir: Path) -> str:
         groups=audit_groups(ev.audit),
         counts=severity_counts(ev.audit),
         environments=environment_views(ev),
+        rounds_views=rounds_views(ev),
         plots=plot_images(ev.plots, out_dir),
         rounds=sorted_rounds(ev),
         candidate=candidate_view(ev),

@@ -419,6 +419,12 @@ def build_evidence(svc: Services, vid: str, e: M.BuildEvidence) -> M.Event | Non
                 **(r.headline.model_dump() if r.headline else {}),
                 "verdict": r.verdict,
                 "claim_status": r.claim_status,
+                # The GPU time of each side (start-ups included) and, for rounds until
+                # decided, why they stopped: for the ledger and /rsi status.
+                "gpu_minutes": r.gpu_minutes.model_dump(include={"base", "head", "total"})
+                if r.gpu_minutes
+                else None,
+                "stopped": r.adaptive.stopped if r.adaptive else None,
             }
             for g, r in ev.gpus.items()
         }
