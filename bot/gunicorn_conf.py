@@ -32,9 +32,11 @@ from __future__ import annotations
 import gc
 import os
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
-from bot.config import MetricsSettings
+from pydantic import ValidationError
+
+from bot.config import MetricsSettings, error_lines
 from bot.serving import bind_address, raise_open_files_limit
 
 
@@ -52,18 +54,30 @@ def _check_settings() -> None:
     try:
         settings = load_settings()
     except ConfigError as exc:
-        print(exc, file=sys.stderr, flush=True)
-        raise SystemExit(2) from None
+        _stop(str(exc))
     warning = loopback_warning(settings.PUBLIC_URL)
     if warning:
         print(warning, file=sys.stderr, flush=True)
 
 
+def _stop(message: str) -> NoReturn:
+    """The configuration's lines on stderr, and exit status 2 (no traceback)."""
+    print(message, file=sys.stderr, flush=True)
+    raise SystemExit(2)
+
+
+def _metrics_settings() -> MetricsSettings:
+    try:
+        return MetricsSettings()
+    except ValidationError as exc:
+        _stop("\n".join(f"rsi-bot cannot start: {line}" for line in error_lines(exc)))
+
+
 _check_settings()
-_metrics = MetricsSettings()
+_metrics = _metrics_settings()
 _port = os.environ.get("PORT", "8000")
 if str(_metrics.METRICS_PORT) == _port:
-    raise SystemExit(f"METRICS_PORT and PORT are both {_port}: /metrics needs a port of its own")
+    _stop(f"rsi-bot cannot start: METRICS_PORT and PORT are both {_port}: /metrics needs its own")
 bind = [f"0.0.0.0:{_port}"]
 if _metrics.METRICS_PORT:
     bind.append(bind_address(_metrics.METRICS_HOST, _metrics.METRICS_PORT))

@@ -86,6 +86,15 @@ def test_setup_configuration_error_is_one_line(tmp_path: Path) -> None:
     lines = proc.stderr.splitlines()
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("rsi-bot setup cannot start: APP_ID: "), lines
+    # The listener's settings (read by gunicorn's configuration) are checked as well.
+    del e["APP_ID"]
+    e["METRICS_PORT"] = "many"
+    proc = run([*CLI, "setup", "--port", "0"], e, tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [
+        "rsi-bot cannot start: METRICS_PORT: "
+        "Input should be a valid integer, unable to parse string as an integer"
+    ]
 
 
 @contextmanager
