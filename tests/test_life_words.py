@@ -331,15 +331,17 @@ def test_repo_config_applies_to_pushes_and_commands(w: World) -> None:
 
 
 def test_rounds_auto_dispatches_the_cap_and_budget_and_says_so(w: World) -> None:
-    """`rounds: auto` (the default): the dispatch carries the cap and the GPU minutes in
-    the one `rounds` input, and every message says rounds until decided, not a count."""
+    """`rounds: auto` (the default): the dispatch carries the cap, the GPU minutes and the
+    practical threshold in the one `rounds` input, and every message says rounds until
+    decided, not a count."""
     w.github.set_file(
         appkit.UPSTREAM,
         ".github/rsi.yml",
-        "gpus: [H200]\nmodes: [streaming]\nbudget: {max_rounds: 8, gpu_minutes: 90}\n",
+        "gpus: [H200]\nmodes: [streaming]\nbudget: {max_rounds: 8, gpu_minutes: 90}\n"
+        "thresholds: {practical_pct: 5}\n",
     )
     first = w.promote()
-    assert w.github.dispatches[-1]["inputs"]["rounds"] == "auto:8:90"
+    assert w.github.dispatches[-1]["inputs"]["rounds"] == "auto:8:90:5"
     v = w.verification(first)
     assert (v.rounds, v.adaptive, v.gpu_budget_minutes) == (8, True, 90.0)
     number = v.pr_number or 0
@@ -355,7 +357,7 @@ def test_rounds_auto_dispatches_the_cap_and_budget_and_says_so(w: World) -> None
 
     since = len(w.github.requests)
     say(w, number, "/rsi reverify rounds=auto", "c-rounds-auto")
-    assert w.github.dispatches[-1]["inputs"]["rounds"] == "auto:8:90"
+    assert w.github.dispatches[-1]["inputs"]["rounds"] == "auto:8:90:5"
     assert (w.latest(number).rounds, w.latest(number).adaptive) == (8, True)
     [reply] = [b for b in comments_posted(w, since) if mentions(b, WRITER)]
     assert "rounds until decided (at most 8 a side, 90 GPU minutes per GPU kind)" in reply

@@ -148,7 +148,12 @@ def fill(template: str, values: dict[str, str]) -> str:
 
 
 def app_inputs(
-    gpu: str = "H200", *, adaptive: bool = False, rounds: int = 5, minutes: float | None = None
+    gpu: str = "H200",
+    *,
+    adaptive: bool = False,
+    rounds: int = 5,
+    minutes: float | None = None,
+    threshold: float | None = None,
 ) -> dict[str, str]:
     """What the App dispatches (bot/verification/effects.py), for one made-up verification."""
     from bot.verification import effects
@@ -166,7 +171,7 @@ def app_inputs(
         gpu_budget_minutes=minutes,
         modes=["streaming", "non-streaming"],
     )
-    return dict(effects.dispatch_inputs(v, gpu))  # type: ignore[arg-type]
+    return dict(effects.dispatch_inputs(v, gpu, threshold))  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------------ lint
@@ -470,27 +475,35 @@ def test_verify_command_matches_the_runner_cli(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("rounds", "minutes", "sent", "expected"),
+    ("rounds", "minutes", "threshold", "sent", "expected"),
     [
-        (10, 120.0, "auto:10:120", ("auto", 10, 120.0)),
-        (8, None, "auto:8", ("auto", 8, None)),
-        (12, 37.5, "auto:12:37.5", ("auto", 12, 37.5)),
+        (10, 120.0, None, "auto:10:120", ("auto", 10, 120.0, 3.0)),
+        (8, None, None, "auto:8", ("auto", 8, None, 3.0)),
+        (12, 37.5, None, "auto:12:37.5", ("auto", 12, 37.5, 3.0)),
+        (10, 120.0, 5.0, "auto:10:120:5", ("auto", 10, 120.0, 5.0)),
+        (10, None, 1.5, "auto:10:-:1.5", ("auto", 10, None, 1.5)),
     ],
 )
 def test_auto_rounds_carry_the_cap_and_budget_to_the_runner(
-    tmp_path: Path, rounds: int, minutes: float | None, sent: str, expected: tuple[Any, ...]
+    tmp_path: Path,
+    rounds: int,
+    minutes: float | None,
+    threshold: float | None,
+    sent: str,
+    expected: tuple[Any, ...],
 ) -> None:
-    """An adaptive verification's cap and GPU minutes travel in the one `rounds` input
-    (a dispatch takes at most ten) and reach the runner as its own options."""
+    """An adaptive verification's cap, GPU minutes and the repository's practical
+    threshold travel in the one `rounds` input (a dispatch takes at most ten) and reach
+    the runner as its own options."""
     from runners.__main__ import parser
 
-    inputs_ = app_inputs("H100", adaptive=True, rounds=rounds, minutes=minutes)
+    inputs_ = app_inputs("H100", adaptive=True, rounds=rounds, minutes=minutes, threshold=threshold)
     assert inputs_["rounds"] == sent
     env = {f"RSI_{k.upper()}": v for k, v in inputs_.items()}
     r = _validate(env)
     assert r.returncode == 0, r.stdout + r.stderr
     args = parser().parse_args(_verify_argv(inputs_, tmp_path))
-    assert (args.rounds, args.max_rounds, args.gpu_minutes) == expected
+    assert (args.rounds, args.max_rounds, args.gpu_minutes, args.threshold_pct) == expected
     assert args.gpu == "h100"
 
 
@@ -536,7 +549,8 @@ def test_input_validation_accepts_auto_rounds_and_the_runner_reads_them(tmp_path
         ("RSI_ROUNDS", "auto:0"),
         ("RSI_ROUNDS", "auto:10:0"),
         ("RSI_ROUNDS", "auto::120"),
-        ("RSI_ROUNDS", "auto:10:120:3"),
+        ("RSI_ROUNDS", "auto:10:120:3:1"),
+        ("RSI_ROUNDS", "auto:10:120:x"),
         ("RSI_ROUNDS", "auto:10:1e5"),
         ("RSI_ROUNDS", "auto:10:120;id"),
         ("RSI_MODES", "streaming;id"),

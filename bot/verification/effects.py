@@ -166,7 +166,8 @@ def dispatch(svc: Services, vid: str, e: M.Dispatch) -> M.Event | None:
         if job.state != M.JobState.DISPATCHING.value:
             return None
         asked = job.dispatch_requested_at
-        inputs = dispatch_inputs(v, e.gpu)
+        threshold = svc.repo_config(v.repo).config.thresholds.practical_pct if v.adaptive else None
+        inputs = dispatch_inputs(v, e.gpu, threshold)
         if asked is None:
             job.dispatch_requested_at = utcnow()
     if asked is not None:
@@ -182,19 +183,24 @@ def dispatch(svc: Services, vid: str, e: M.Dispatch) -> M.Event | None:
     return M.Dispatched(e.gpu, run_id, url)
 
 
-def rounds_input(v: Verification) -> str:
-    """The workflow's `rounds` input: a number a side, or `auto:MAX[:GPU_MINUTES]` — rounds
-    until decided, at most MAX a side and GPU_MINUTES for this GPU kind (none: no limit).
-    One input carries all three: a dispatch takes at most ten inputs."""
+def rounds_input(v: Verification, threshold_pct: float | None = None) -> str:
+    """The workflow's `rounds` input: a number a side, or `auto:MAX[:GPU_MINUTES[:PCT]]` —
+    rounds until decided, at most MAX a side and GPU_MINUTES for this GPU kind (`-`: no
+    limit), deciding at the repository's practical threshold PCT. One input carries them
+    all: a dispatch takes at most ten inputs."""
     if not v.adaptive:
         return str(v.rounds)
     out = f"auto:{v.rounds}"
-    if v.gpu_budget_minutes is not None:
-        out += f":{v.gpu_budget_minutes:.10g}"
+    if v.gpu_budget_minutes is not None or threshold_pct is not None:
+        out += f":{v.gpu_budget_minutes:.10g}" if v.gpu_budget_minutes is not None else ":-"
+    if threshold_pct is not None:
+        out += f":{threshold_pct:.6g}"
     return out
 
 
-def dispatch_inputs(v: Verification, gpu: str) -> dict[str, str]:
+def dispatch_inputs(
+    v: Verification, gpu: str, threshold_pct: float | None = None
+) -> dict[str, str]:
     """The dispatch contract; workflow inputs travel as strings."""
     return {
         "verification_id": v.id,
@@ -205,7 +211,7 @@ def dispatch_inputs(v: Verification, gpu: str) -> dict[str, str]:
         "head_sha": v.head_sha,
         "task": v.task,
         "gpu": gpu.lower(),
-        "rounds": rounds_input(v),
+        "rounds": rounds_input(v, threshold_pct),
         "modes": ",".join(v.modes),
     }
 
