@@ -26,7 +26,6 @@ def tmp_path(reachable_tmp: Path) -> Path:
     return reachable_tmp
 
 
-
 def verify_asr(
     tmp_path: Path,
     task: Path,

@@ -27,11 +27,11 @@ from evidence.load import load
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_SMI = ROOT / "tests" / "fixtures" / "nvidia-smi" / "bin"
 
+
 @pytest.fixture
 def tmp_path(reachable_tmp: Path) -> Path:
     """Each side runs as its own user, which must reach its worktree (conftest)."""
     return reachable_tmp
-
 
 
 def git(cwd: Path, *args: str) -> str:
