@@ -15,6 +15,7 @@ import orjson
 import pytest
 
 from bot.models import RunnerJob, Verification
+from bot.repo_config import RepoConfig
 from bot.verification import effects as E
 from evidence.render import COMMENT_MARKER
 from evidence.synth import BASE_SHA, HEAD_SHA
@@ -122,7 +123,8 @@ def test_a_malformed_config_is_said_once_and_the_defaults_apply(w: World) -> Non
     vid = w.promote()
     v = w.verification(vid)
     assert v.state == "dispatched"
-    assert v.rounds == 5
+    # the defaults: rounds until decided, at most the default cap a side
+    assert (v.rounds, v.adaptive) == (RepoConfig().budget.max_rounds, True)
     notes = [
         c.body
         for c in w.github.comments_on(appkit.UPSTREAM, v.pr_number or 0)
