@@ -315,7 +315,8 @@ def test_monitor_peak_counts_only_the_visible_gpus() -> None:
 # ------------------------------------------------------------------ the runner
 
 
-def test_runner_measures_the_visible_gpus_and_orders_cuda_by_pci_bus(tmp_path: Path) -> None:
+def test_runner_measures_the_visible_gpus_and_orders_cuda_by_pci_bus(reachable_tmp: Path) -> None:
+    tmp_path = reachable_tmp  # each side runs as its own user, which must reach its worktree
     env = runner_env(
         PATH=f"{FAKE_SMI}{os.pathsep}{os.environ['PATH']}",
         RSI_GPU_BACKEND="nvidia-smi",
