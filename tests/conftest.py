@@ -16,6 +16,7 @@ from bot import services
 from bot.db import upgrade
 from bot.web.app import create_app
 from tests import appkit
+from tests.browser import browser  # noqa: F401  (one Chromium per session, in conftest)
 from tests.bundles import clean_bundle
 from tests.standin import GitHubStandIn, serve
 

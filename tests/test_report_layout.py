@@ -11,13 +11,11 @@ import pytest
 
 from evidence.build import Inputs, build, read_json_file, write
 from evidence.model import Candidate
-from tests import browser as browsing
 from tests.bundles import clean_bundle
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser
 
-browser = browsing.browser
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 WIDTH = 1180

@@ -13,7 +13,6 @@ from flask import Flask
 from flask.testing import FlaskClient
 from PIL import Image
 
-from tests import browser as browsing
 from tests.browser import serve
 from tests.standin import GitHubStandIn
 from tests.test_app_flow import finish_run, promote, rt, verification
@@ -22,8 +21,6 @@ if TYPE_CHECKING:
     from playwright.sync_api import Browser, ConsoleMessage, Request, Route
 
 PUBLIC = "https://rsi.example.com"
-
-browser = browsing.browser
 
 
 def test_report_page_in_a_real_browser(

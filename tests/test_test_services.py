@@ -36,8 +36,14 @@ def test_not_root_it_changes_nothing_and_says_the_exact_command() -> None:
 
 
 def test_make_test_runs_the_script_first_and_ci_runs_make_test() -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
     plan = subprocess.run(
-        ["make", "-n", "test"], capture_output=True, text=True, cwd=ROOT, check=True
+        ["make", "--no-print-directory", "-n", "test"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+        env=env,
     ).stdout.splitlines()
     assert plan[0] == "bash scripts/test-services"
     ci = (ROOT / ".ci" / "run").read_text()
