@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from bot.config import Settings
+from evidence.bounds import DEFAULT as BOUNDS  # standard library only: no NumPy here
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -41,42 +42,42 @@ def main() -> None:
 @click.option(
     "--max-bundle-bytes",
     type=click.IntRange(min=1),
-    default=2 << 30,
+    default=BOUNDS.max_bytes,
     show_default=True,
     help="Refuse an archive that unpacks to more bytes.",
 )
 @click.option(
     "--max-members",
     type=click.IntRange(min=1),
-    default=20_000,
+    default=BOUNDS.max_members,
     show_default=True,
     help="Refuse an archive of more members.",
 )
 @click.option(
     "--max-member-bytes",
     type=click.IntRange(min=1),
-    default=512 << 20,
+    default=BOUNDS.max_member_bytes,
     show_default=True,
     help="Refuse an archive with a member that unpacks to more bytes.",
 )
 @click.option(
     "--max-ratio",
     type=click.FloatRange(min=1),
-    default=200.0,
+    default=BOUNDS.max_ratio,
     show_default=True,
     help="Refuse an archive compressed more than this many times (past 1 MiB).",
 )
 @click.option(
     "--max-json-bytes",
     type=click.IntRange(min=1),
-    default=64 << 20,
+    default=BOUNDS.max_json_bytes,
     show_default=True,
     help="Refuse a manifest or run file bigger than this.",
 )
 @click.option(
     "--max-runs",
     type=click.IntRange(min=1),
-    default=10_000,
+    default=BOUNDS.max_runs,
     show_default=True,
     help="Refuse a manifest of more runs.",
 )

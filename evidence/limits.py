@@ -17,21 +17,39 @@ from `rsi-bot evidence`, a rejected bundle in the App): an honest runner never w
 JSON nests at most 1,024 levels (orjson's own limit, held for the standard library's
 reader of `NaN`/`Infinity` too). Numbers outside physical ranges (`PHYSICAL`) are refused
 with the file and the field.
+
+The bounds' numbers (`Limits`, `DEFAULT`) live in `evidence.bounds`, which needs no NumPy,
+so the command line can show them as defaults without loading it; they are re-exported
+here.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from evidence.bounds import DEFAULT, GiB, KiB, Limits, MiB
 from evidence.errors import BoundError
 
-KiB = 1024
-MiB = 1024 * KiB
-GiB = 1024 * MiB
+__all__ = [
+    "DEFAULT",
+    "JSON_DEPTH",
+    "MAX_COUNT",
+    "MAX_SECONDS",
+    "MIN_WALL_S",
+    "PHYSICAL",
+    "RATIO_FLOOR",
+    "SERVER",
+    "GiB",
+    "KiB",
+    "Limits",
+    "MiB",
+    "check_column",
+    "check_number",
+    "check_server",
+]
 
 JSON_DEPTH = 1024
 # The ratio is judged only once a member (or a tarball) has grown past this: small files
@@ -62,28 +80,6 @@ SERVER: dict[str, tuple[float, float]] = {
     "startup_s": (0.0, MAX_SECONDS),
     "peak_vram_mib": (0.0, MAX_COUNT),
 }
-
-
-@dataclass(frozen=True)
-class Limits:
-    max_bytes: int = 2 * GiB
-    max_members: int = 20_000
-    max_member_bytes: int = 512 * MiB
-    max_ratio: float = 200.0
-    max_json_bytes: int = 64 * MiB
-    max_runs: int = 10_000
-
-    def __post_init__(self) -> None:
-        for name in ("max_bytes", "max_members", "max_member_bytes", "max_json_bytes"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1")
-        if not self.max_ratio >= 1:
-            raise ValueError("max_ratio must be at least 1")
-        if self.max_runs < 1:
-            raise ValueError("max_runs must be at least 1")
-
-
-DEFAULT = Limits()
 
 
 def _bad(where: str, field: str, value: float, lo: float, hi: float) -> BoundError:

@@ -1,0 +1,36 @@
+"""The numbers of the engine's input bounds, importable without NumPy.
+
+`evidence.limits` checks input against these (and re-exports every name here); the
+`rsi-bot evidence` command line reads its `--max-*` defaults from this module, so
+`import bot.cli` stays free of NumPy. Standard library only: keep it that way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_bytes: int = 2 * GiB
+    max_members: int = 20_000
+    max_member_bytes: int = 512 * MiB
+    max_ratio: float = 200.0
+    max_json_bytes: int = 64 * MiB
+    max_runs: int = 10_000
+
+    def __post_init__(self) -> None:
+        for name in ("max_bytes", "max_members", "max_member_bytes", "max_json_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
+        if not self.max_ratio >= 1:
+            raise ValueError("max_ratio must be at least 1")
+        if self.max_runs < 1:
+            raise ValueError("max_runs must be at least 1")
+
+
+DEFAULT = Limits()
