@@ -111,6 +111,10 @@ class Benchmark:
     requests: int
     modes: dict[str, str]  # mode -> command
     warmup_requests: int = 0
+    # Warm up until steady: repeat the warm-up pass (at most this many) until two in a row
+    # agree on throughput within `warmup_steady_pct`; 1 is a single fixed pass.
+    warmup_max_passes: int = 1
+    warmup_steady_pct: float = 5.0
     timeout_s: float = 1800.0
     output: str = "{out}/speed_results.json"
     dataset: str | None = None
@@ -373,6 +377,8 @@ def parse(doc: Mapping[str, Any], where: str = "task") -> Task:
             "concurrencies",
             "requests",
             "warmup_requests",
+            "warmup_max_passes",
+            "warmup_steady_pct",
             "timeout_s",
             "output",
             "records",
@@ -424,6 +430,8 @@ def parse(doc: Mapping[str, Any], where: str = "task") -> Task:
         requests=b.int_("requests"),
         modes=modes,
         warmup_requests=b.int_("warmup_requests", 0, minimum=0),
+        warmup_max_passes=b.int_("warmup_max_passes", 1, minimum=1),
+        warmup_steady_pct=b.num("warmup_steady_pct", 5.0),
         timeout_s=b.num("timeout_s", 1800.0),
         output=output,
         dataset=dataset,

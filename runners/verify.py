@@ -907,17 +907,8 @@ class Verifier:
 
             if p.warmup_requests > 0:
                 stage = "warm-up"
-                wvals = dict(vals, requests=p.warmup_requests, out=str(scratch / "warmup"))
-                self.sandbox.private(scratch / "warmup")
-                self._client(
-                    "warm-up",
-                    self.task.benchmark.modes[p.mode],
-                    wvals,
-                    cenv,
-                    client_log,
-                    server,
-                    self.task.benchmark.timeout_s,
-                    run_deadline,
+                info["warmup"] = self._warm_up(
+                    p, vals, scratch, cenv, client_log, server, run_deadline
                 )
 
             stage = "benchmark"
@@ -1177,6 +1168,51 @@ class Verifier:
                 "client-failed", f"the {what} client failed ({proc.describe_exit(rc)})", "client"
             )
         return proc.Finished(rc, False, wall, c.started, c.started + wall)
+
+    def _warm_up(
+        self,
+        p: schedule.Planned,
+        vals: dict[str, object],
+        scratch: Path,
+        cenv: dict[str, str],
+        client_log: Path,
+        server: proc.Process,
+        run_deadline: float,
+    ) -> dict[str, Any]:
+        """Warm-up passes until two in a row agree on throughput (steady), at most
+        `warmup_max_passes`: a fixed count cannot know how long a server takes to settle."""
+        b = self.task.benchmark
+        rates: list[float] = []
+        steady = False
+        source = "runner"
+        for n in range(b.warmup_max_passes):
+            wvals = dict(vals, requests=p.warmup_requests, out=str(scratch / f"warmup{n}"))
+            self.sandbox.private(scratch / f"warmup{n}")
+            fin = self._client(
+                "warm-up",
+                b.modes[p.mode],
+                wvals,
+                cenv,
+                client_log,
+                server,
+                b.timeout_s,
+                run_deadline,
+            )
+            out = self._output(b.output, wvals)
+            wall, source = wall_clock(out, fin.wall_s) if out else (fin.wall_s, "runner")
+            rates.append(p.warmup_requests / wall if wall > 0 else 0.0)
+            if len(rates) >= 2 and rates[-2] > 0:
+                steady = abs(rates[-1] / rates[-2] - 1) * 100 <= b.warmup_steady_pct
+                if steady:
+                    break
+        return {
+            "passes": len(rates),
+            "rates": [round(r, 4) for r in rates],
+            "rate_source": source,
+            "steady": steady if b.warmup_max_passes > 1 else None,
+            "steady_pct": b.warmup_steady_pct,
+            "max_passes": b.warmup_max_passes,
+        }
 
     def _output(self, template: str, vals: dict[str, object]) -> Path | None:
         """An output file the client wrote (relative paths: in the trusted tree)."""

@@ -1,5 +1,6 @@
 """A Llama-shaped decoder with random weights, built from a config (no downloads), and a
-batched decode step run either eagerly or replayed as one CUDA graph.
+batched decode step run either eagerly or replayed as one CUDA graph. Every slot of the
+batch is an independent sequence, so the server can batch continuously.
 
 Imported only on the GPU machine: it needs PyTorch, which the runner's core does not.
 """
@@ -55,10 +56,13 @@ class Decoder:
         shape = (cfg.layers, cfg.max_batch, h, cfg.max_steps, d // h)
         self.k = torch.zeros(shape, device=device, dtype=dtype)
         self.v = torch.zeros(shape, device=device, dtype=dtype)
-        # Static inputs of one step (so a CUDA graph can replay it).
+        # Static inputs of one step (so a CUDA graph can replay it). Each slot of the batch
+        # is its own sequence at its own position: a finished sequence's slot takes a new
+        # one while the others go on (continuous batching, as serving engines do).
         self.tokens = torch.zeros(cfg.max_batch, dtype=torch.long, device=device)
-        self.pos = torch.zeros((), dtype=torch.long, device=device)
-        self.mask = torch.zeros(1, 1, 1, cfg.max_steps, dtype=torch.bool, device=device)
+        self.pos = torch.zeros(cfg.max_batch, dtype=torch.long, device=device)
+        self.slots = torch.arange(cfg.max_batch, device=device)
+        self.steps = torch.arange(cfg.max_steps, device=device)
         self.out = torch.zeros(cfg.max_batch, dtype=torch.long, device=device)
         self.graph: Any = None
 
@@ -71,14 +75,13 @@ class Decoder:
         cfg = self.cfg
         b, h, dh = cfg.max_batch, cfg.heads, cfg.d_model // cfg.heads
         x = self.embed[self.tokens]
+        mask = (self.steps.view(1, -1) <= self.pos.view(-1, 1)).view(b, 1, 1, cfg.max_steps)
         for i, L in enumerate(self.layers):
             y = self._rms(x, L["n1"])
             q, k, v = (y @ L["qkv"].T).view(b, 3, h, dh).unbind(1)
-            self.k[i].index_copy_(2, self.pos.view(1), k.unsqueeze(2))
-            self.v[i].index_copy_(2, self.pos.view(1), v.unsqueeze(2))
-            a = F.scaled_dot_product_attention(
-                q.unsqueeze(2), self.k[i], self.v[i], attn_mask=self.mask
-            )
+            self.k[i][self.slots, :, self.pos] = k
+            self.v[i][self.slots, :, self.pos] = v
+            a = F.scaled_dot_product_attention(q.unsqueeze(2), self.k[i], self.v[i], attn_mask=mask)
             x = x + a.squeeze(2).reshape(b, -1) @ L["o"].T
             y = self._rms(x, L["n2"])
             x = x + F.silu(y @ L["up"].T) @ L["down"].T
@@ -96,26 +99,28 @@ class Decoder:
         with torch.cuda.graph(self.graph):
             self.step()
 
-    def generate(
-        self, first_tokens: list[int], steps: int, on_chunk: Any = None, chunk: int = 8
-    ) -> list[int]:
-        """Decode `steps` tokens for the batch; `on_chunk(step)` every `chunk` steps."""
-        n = len(first_tokens)
-        self.tokens.zero_()
-        self.tokens[:n] = torch.tensor(first_tokens, device=self.device)
-        self.mask.zero_()
-        for t in range(steps):
-            self.pos.fill_(t)
-            self.mask[..., t] = True
+    def admit(self, slot: int, first_token: int) -> None:
+        """Start a new sequence in `slot` (its old one is over)."""
+        self.tokens[slot] = first_token
+        self.pos[slot] = 0
+
+    def decode(self, steps: int) -> None:
+        """Decode `steps` tokens in every slot, then wait for the GPU."""
+        last = self.cfg.max_steps - 1
+        for _ in range(steps):
             if self.graph is not None:
                 self.graph.replay()
             else:
                 self.step()
             self.tokens.copy_(self.out)
-            if on_chunk is not None and (t + 1) % chunk == 0:
-                torch.cuda.synchronize() if self.device == "cuda" else None
-                on_chunk(t + 1)
+            self.pos.add_(1).clamp_(max=last)  # an idle slot idles at the last position
         if self.device == "cuda":
             torch.cuda.synchronize()
-        tokens: list[int] = self.out[:n].tolist()
+
+    def generate(self, first_tokens: list[int], steps: int) -> list[int]:
+        """Decode `steps` tokens for sequences started together (the warm-up)."""
+        for slot, tok in enumerate(first_tokens):
+            self.admit(slot, tok)
+        self.decode(steps)
+        tokens: list[int] = self.out[: len(first_tokens)].tolist()
         return tokens

@@ -4,8 +4,10 @@
 
 `POST /v1/audio/speech` `{"input": text, "stream": bool}` synthesises "audio" by decoding
 tokens with the random-weight decoder (12.5 codec frames a second, as speech codecs do):
-a JSON answer, or with `stream` one JSON line per 8 frames. Requests are batched up to the
-model's batch size by one GPU thread. `GET /health` answers once the model is ready.
+a JSON answer, or with `stream` one JSON line per 8 frames. One GPU thread batches
+continuously: a request takes a free slot of the model's batch between chunks and leaves
+as soon as its own frames are out. `GET /health` answers once the model is ready;
+`GET /stats` says how requests were batched (the noise study reads it).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ class Job:
         self.frames = max(CHUNK, min(88, 16 + len(text) // 2))
         self.first = sum(map(ord, text)) % 4000 + 1
         self.stream = stream
+        self.done = 0  # frames decoded so far
         self.chunks: queue.Queue[dict[str, Any] | None] = queue.Queue()
 
 
@@ -43,34 +46,51 @@ class Engine:
         self.model.generate([1] * batch, CHUNK)  # warm the kernels
         self.pending: queue.Queue[Job] = queue.Queue()
         self.batch = batch
+        # What the noise study reads (`GET /stats`): chunks decoded ("batches"), requests
+        # admitted, busy slots per chunk ("sizes") and the GPU thread's busy seconds.
+        self.stats: dict[str, Any] = {"batches": 0, "jobs": 0, "sizes": {}, "busy_s": 0.0}
         threading.Thread(target=self._loop, name="gpu", daemon=True).start()
 
     def _loop(self) -> None:
+        """Continuous batching: new requests take free slots between chunks of decoding,
+        and a request ends as soon as its own frames are out."""
+        slots: list[Job | None] = [None] * self.batch
+        st = self.stats
         while True:
-            jobs = [self.pending.get()]
-            deadline = time.monotonic() + 0.002
-            while len(jobs) < self.batch:
+            waiting = all(j is None for j in slots)
+            for i, j in enumerate(slots):
+                if j is not None:
+                    continue
                 try:
-                    jobs.append(self.pending.get(timeout=max(0.0, deadline - time.monotonic())))
+                    job = self.pending.get() if waiting else self.pending.get_nowait()
                 except queue.Empty:
                     break
-            steps = max(j.frames for j in jobs)
-
-            def on_chunk(step: int, jobs: list[Job] = jobs) -> None:
-                for j in jobs:
-                    if j.stream and step <= j.frames:
-                        j.chunks.put({"frames": CHUNK, "audio_s": CHUNK * FRAME_S})
-
-            self.model.generate([j.first for j in jobs], steps, on_chunk, CHUNK)
-            for j in jobs:
-                j.chunks.put(
-                    {
-                        "done": True,
-                        "frames": j.frames,
-                        "audio_duration_s": round(j.frames * FRAME_S, 4),
-                    }
-                )
-                j.chunks.put(None)
+                waiting = False
+                slots[i] = job
+                self.model.admit(i, job.first)
+                st["jobs"] += 1
+            active = sum(j is not None for j in slots)
+            t0 = time.perf_counter()
+            self.model.decode(CHUNK)
+            st["busy_s"] += time.perf_counter() - t0
+            st["batches"] += 1
+            st["sizes"][active] = st["sizes"].get(active, 0) + 1
+            for i, j in enumerate(slots):
+                if j is None:
+                    continue
+                j.done += CHUNK
+                if j.stream and j.done <= j.frames:
+                    j.chunks.put({"frames": CHUNK, "audio_s": CHUNK * FRAME_S})
+                if j.done >= j.frames:
+                    j.chunks.put(
+                        {
+                            "done": True,
+                            "frames": j.frames,
+                            "audio_duration_s": round(j.frames * FRAME_S, 4),
+                        }
+                    )
+                    j.chunks.put(None)
+                    slots[i] = None
 
 
 ENGINE: Engine | None = None
@@ -83,8 +103,10 @@ class Handler(BaseHTTPRequestHandler):
         return
 
     def do_GET(self) -> None:
-        ok = self.path == "/health" and ENGINE is not None
+        ok = self.path in ("/health", "/stats") and ENGINE is not None
         body = b'{"ok": true}' if ok else b'{"ok": false}'
+        if ok and ENGINE is not None and self.path == "/stats":
+            body = json.dumps(ENGINE.stats).encode()
         self.send_response(200 if ok else 503)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
