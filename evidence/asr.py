@@ -22,8 +22,10 @@ an SSE stream, kept under its own name.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -235,11 +237,18 @@ def parse_td_accuracy(doc: dict[str, Any]) -> WerRecords:
     )
 
 
+def _names_cer(rows: list[Any]) -> bool:
+    """Whether any row is an object with MOSS-TD's `cer_no_spk`."""
+    if set(map(type, rows)) <= {dict}:
+        return any(map(operator.contains, rows, repeat("cer_no_spk")))
+    return any(isinstance(r, dict) and "cer_no_spk" in r for r in rows)
+
+
 def parse_accuracy(data: bytes) -> WerRecords:
     """An accuracy file: SGLang-Omni's `wer_results.json`, or MOSS-TD's CER rows."""
     doc = _load_object(data)
     rows = doc.get("per_sample")
-    if isinstance(rows, list) and any(isinstance(r, dict) and "cer_no_spk" in r for r in rows):
+    if isinstance(rows, list) and _names_cer(rows):
         return parse_td_accuracy(doc)
     return wer_records(doc)
 

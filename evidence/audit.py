@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from itertools import compress
 from typing import cast
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 from scipy import stats
 
@@ -20,6 +23,7 @@ from evidence.asr import SEEDTTS, TRANSCRIBE_DIARIZE
 from evidence.load import LoadedRun, Source, common_scored
 from evidence.model import Finding, HistoryEntry, Severity
 from evidence.policy import Policy
+from evidence.records import FloatArray
 from evidence.table import requests_table
 
 MAX_IDS = 10
@@ -739,36 +743,69 @@ def _sample_sets(src: Source) -> list[Finding]:
     return out
 
 
+def _past_guard(
+    code: str,
+    src: Source,
+    policy: Policy,
+    side: str,
+    bad: int,
+    total: int,
+    said: tuple[str, str],
+    runs: list[str],
+    samples: list[str],
+    counts: dict[str, Number],
+) -> Finding:
+    """`bad` of a side's `total` requests (or transcriptions) gone wrong: an error past
+    the failure-rate guard, a warning within it. The message is `said` with the rate and
+    the guard between its two parts ("1.20%, guard 5.00%")."""
+    rate = bad / total
+    sev: Severity = "error" if rate > policy.failure_rate_max else "warning"
+    guard = f"{100 * rate:.2f}%, guard {100 * policy.failure_rate_max:.2f}%"
+    return _f(
+        code,
+        sev,
+        f"{said[0]}{guard}{said[1]}",
+        src,
+        runs,
+        samples,
+        counts,
+        total=total,
+        rate=round(rate, 6),
+        side=side,
+    )
+
+
 def _failed_requests(src: Source, policy: Policy) -> list[Finding]:
     out: list[Finding] = []
     for (mode, conc), runs in _configs(src).items():
         for side in ("base", "head"):
-            sel = [lr for lr in runs if lr.run.side == side and lr.records is not None]
-            total = sum(lr.records.n for lr in sel if lr.records is not None)
-            errs = {
-                i: e for lr in sel if lr.records is not None for i, e in lr.records.errors.items()
-            }
-            failed = sum(int((~lr.records.success).sum()) for lr in sel if lr.records is not None)
+            recs = [
+                (lr.run.id, lr.records)
+                for lr in runs
+                if lr.run.side == side and lr.records is not None
+            ]
+            failed = sum(int((~rec.success).sum()) for _, rec in recs)
             if not failed:
                 continue
-            rate = failed / total
+            total = sum(rec.n for _, rec in recs)
+            errs = {i: e for _, rec in recs for i, e in rec.errors.items()}
             common = Counter(errs.values()).most_common(1)[0][0] if errs else "unknown"
-            sev: Severity = "error" if rate > policy.failure_rate_max else "warning"
+            cfg = _cfg(mode, conc)
             out.append(
-                _f(
+                _past_guard(
                     "failed-requests",
-                    sev,
-                    f"{failed} of {total} {side} requests failed "
-                    f"at {_cfg(mode, conc)} ({100 * rate:.2f}%, guard "
-                    f"{100 * policy.failure_rate_max:.2f}%); most common error: "
-                    f"{common[:200]}.",
                     src,
-                    [lr.run.id for lr in sel],
+                    policy,
+                    side,
+                    failed,
+                    total,
+                    (
+                        f"{failed} of {total} {side} requests failed at {cfg} (",
+                        f"); most common error: {common[:200]}.",
+                    ),
+                    [run_id for run_id, _ in recs],
                     sorted(errs),
-                    failed=failed,
-                    total=total,
-                    rate=round(rate, 6),
-                    side=side,
+                    {"failed": failed},
                 )
             )
     return out
@@ -786,16 +823,16 @@ def _length_shift(src: Source, policy: Policy, table: pd.DataFrame) -> list[Find
     out: list[Finding] = []
     if table.empty:
         return out
-    ok = table[table["is_success"].astype(bool)]
+    keys = ["mode", "concurrency", "request_id", "side"]
+    ok = table.loc[table["is_success"].astype(bool), [*keys, *(c for c, _ in _LENGTHS)]]
+    # Sample ids numbered in their sorted order: grouped by these numbers the groups come
+    # out in the order the ids would give, and the ids are hashed once, not per measure.
+    ok["request_id"] = pd.factorize(ok["request_id"], sort=True)[0]
     for col, what in _LENGTHS:
         sel = ok[ok[col] > 0]
         if sel.empty:
             continue
-        means = (
-            sel.groupby(["mode", "concurrency", "request_id", "side"], observed=True)[col]
-            .mean()
-            .unstack("side")
-        )
+        means = sel.groupby(keys, observed=True)[col].mean().unstack("side")
         if "base" not in means or "head" not in means:
             continue
         means = means.dropna()
@@ -865,33 +902,32 @@ def _accuracy_coverage(src: Source, policy: Policy) -> list[Finding]:
                 if lr.run.files.wer is None:
                     continue
                 scored = w.success & np.isfinite(w.wer)
-                bad = [i for i, ok in zip(w.ids, scored.tolist(), strict=True) if not ok]
+                bad = list(compress(w.ids, (~scored).tolist()))
                 total += len(w.ids) + len(lost)
                 failed += len(bad)
                 missing += len(lost)
                 examples += (bad + lost)[: MAX_IDS - len(examples)]
             if not failed + missing:
                 continue
-            rate = (failed + missing) / total
-            sev: Severity = "error" if rate > policy.failure_rate_max else "warning"
             measure = (mine[0].wer.measure if mine[0].wer else "wer").upper()
+            cfg = _cfg(mode, conc)
             out.append(
-                _f(
+                _past_guard(
                     "accuracy-failed",
-                    sev,
-                    f"{failed + missing} of {total} {side} transcriptions at "
-                    f"{_cfg(mode, conc)} were not scored ({failed} failed, {missing} missing "
-                    f"from the accuracy file; {100 * rate:.2f}%, guard "
-                    f"{100 * policy.failure_rate_max:.2f}%); {measure} is compared over the "
-                    "samples both sides scored.",
                     src,
+                    policy,
+                    side,
+                    failed + missing,
+                    total,
+                    (
+                        f"{failed + missing} of {total} {side} transcriptions at {cfg} were "
+                        f"not scored ({failed} failed, {missing} missing from the accuracy "
+                        "file; ",
+                        f"); {measure} is compared over the samples both sides scored.",
+                    ),
                     [lr.run.id for lr in mine],
                     examples,
-                    failed=failed,
-                    missing=missing,
-                    total=total,
-                    rate=round(rate, 6),
-                    side=side,
+                    {"failed": failed, "missing": missing},
                 )
             )
         b, h = covered["base"], covered["head"]
@@ -915,31 +951,66 @@ def _accuracy_coverage(src: Source, policy: Policy) -> list[Finding]:
     return out
 
 
+@dataclass
+class _SideRates:
+    mean: float  # over every scored rate of the side
+    at: dict[str, int]  # sample id -> its place in `means`
+    means: FloatArray  # each sample's mean over its rounds
+
+    def of(self, samples: list[str]) -> FloatArray:
+        return self.means[np.fromiter(map(self.at.__getitem__, samples), np.intp, len(samples))]
+
+
+def _scored_rates(runs: list[LoadedRun], side: str, keep: set[str] | None) -> _SideRates | None:
+    """One side's scored rates (transcribed, not NaN, in `keep`), keyed once by sample:
+    the mean of them all, and each sample's mean over its rounds. Samples are taken in
+    the order first seen and each one's rates in run order, so that every sum adds in
+    the order a loop over the samples would."""
+    ids: list[npt.NDArray[np.object_]] = []
+    rates: list[FloatArray] = []
+    for lr in runs:
+        w = lr.wer
+        if w is None or lr.run.status != "ok" or lr.run.side != side:
+            continue
+        ok = w.success & ~np.isnan(w.wer)
+        if keep is not None:
+            ok &= np.fromiter(map(keep.__contains__, w.ids), dtype=np.bool_, count=len(w.ids))
+        ids.append(np.array(w.ids, dtype=object)[ok])
+        rates.append(w.wer[ok])
+    if not sum(len(x) for x in ids):
+        return None
+    codes, samples = pd.factorize(np.concatenate(ids))
+    values = np.concatenate(rates)[np.argsort(codes, kind="stable")]
+    counts = np.bincount(codes, minlength=len(samples))
+    starts = np.cumsum(counts) - counts
+    means = np.empty(len(samples))
+    # Samples with as many rates as each other side by side, one row each: a row's sum
+    # is then what np.mean of that sample's own list sums (reduceat sums differently).
+    for c in np.unique(counts).tolist():
+        these = np.flatnonzero(counts == c)
+        means[these] = values[starts[these, None] + np.arange(c)].sum(axis=1) / c
+    at = dict(zip(samples.tolist(), range(len(samples)), strict=True))
+    return _SideRates(float(np.mean(values)), at, means)
+
+
 def _accuracy(src: Source, policy: Policy) -> list[Finding]:
     """A WER (CER) rise past the guard, over the samples both sides scored."""
     out: list[Finding] = []
     for (mode, conc), runs in _configs(src).items():
         keep = common_scored(runs)
-        per: dict[str, dict[str, list[float]]] = {
-            "base": defaultdict(list),
-            "head": defaultdict(list),
-        }
         measure = "WER"
         for lr in runs:
-            if lr.wer is None or lr.run.status != "ok":
-                continue
-            measure = lr.wer.measure.upper()
-            for i, w, ok in zip(lr.wer.ids, lr.wer.wer, lr.wer.success, strict=True):
-                if ok and w == w and (keep is None or i in keep):
-                    per[lr.run.side][i].append(float(w))
-        if not per["base"] or not per["head"]:
+            if lr.wer is not None and lr.run.status == "ok":
+                measure = lr.wer.measure.upper()
+        base = _scored_rates(runs, "base", keep)
+        head = _scored_rates(runs, "head", keep)
+        if base is None or head is None:
             continue
-        bm = float(np.mean([x for v in per["base"].values() for x in v]))
-        hm = float(np.mean([x for v in per["head"].values() for x in v]))
-        common = sorted(set(per["base"]) & set(per["head"]))
+        bm, hm = base.mean, head.mean
+        common = sorted(base.at.keys() & head.at.keys())
         p = None
         if len(common) >= 10:
-            d = np.array([np.mean(per["head"][i]) - np.mean(per["base"][i]) for i in common])
+            d = head.of(common) - base.of(common)
             if np.any(d != 0):
                 p = float(stats.wilcoxon(d, alternative="greater").pvalue)
         if hm - bm > policy.wer_increase_max and (p is None or p < policy.alpha):

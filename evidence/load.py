@@ -41,6 +41,7 @@ from evidence.records import (
     RecordError,
     RunRecords,
     WerRecords,
+    collection_paused,
     parse_server,
     parse_speed,
 )
@@ -201,7 +202,8 @@ def read_run_file(
     except (ValueError, OSError) as exc:
         raise InputError(f"{where}/{rel}", str(exc)) from exc
     try:
-        return parse(data)
+        with collection_paused():
+            return parse(data)
     except BeyondBounds as exc:
         raise BoundError(f"{where}/{rel}", str(exc)) from exc
     except RecordError as exc:

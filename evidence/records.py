@@ -7,8 +7,13 @@ NumPy columns at once and the parsed JSON is dropped, so a million requests fit 
 
 from __future__ import annotations
 
+import gc
 import json
+import operator
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from itertools import chain, compress, repeat
 from typing import Any
 
 import numpy as np
@@ -73,25 +78,79 @@ class RunRecords:
 
 
 _NUMERIC_TYPES = frozenset({int, float, type(None)})
+_NONE = type(None)
 
 
 def _is_number(v: object) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
 
-def _floats(values: list[Any], name: str) -> FloatArray:
+def _column(rows: list[dict[str, Any]], key: str, default: Any = None) -> tuple[list[Any], bool]:
+    """`[r.get(key, default) for r in rows]` at C speed, and whether every row has `key`."""
+    try:
+        return list(map(operator.itemgetter(key), rows)), True
+    except KeyError:
+        return [r.get(key, default) for r in rows], False
+
+
+def _columns(
+    rows: list[dict[str, Any]], keys: tuple[str, ...], defaults: dict[str, Any] | None = None
+) -> tuple[dict[str, Sequence[Any]], bool]:
+    """`_column` of each key, read in one pass over the rows while each is in the CPU's
+    cache (a pass per key costs twice as much on a freshly parsed file), and whether
+    every row has every key."""
+    if len(keys) > 1 and rows:
+        try:
+            per_row = list(map(operator.itemgetter(*keys), rows))
+        except KeyError:
+            pass
+        else:
+            return dict(zip(keys, zip(*per_row, strict=True), strict=True)), True
+    got = {k: _column(rows, k, (defaults or {}).get(k)) for k in keys}
+    return {k: v for k, (v, _) in got.items()}, all(every for _, every in got.values())
+
+
+def _all_dicts(rows: Sequence[Any]) -> bool:
+    if set(map(type, rows)) <= {dict}:  # what JSON decoders give
+        return True
+    return all(isinstance(r, dict) for r in rows)
+
+
+def _floats(values: Sequence[Any], name: str) -> FloatArray:
     """Numbers and nulls (NaN) only: no strings, booleans or nested lists, which NumPy
     would otherwise coerce ("1.5" -> 1.5, true -> 1.0) or turn into a second axis."""
-    if not set(map(type, values)) <= _NUMERIC_TYPES:  # JSON decoders give exact types
+    types = set(map(type, values))
+    if not types <= _NUMERIC_TYPES:  # JSON decoders give exact types
         bad = next(v for v in values if type(v) not in _NUMERIC_TYPES)
         raise RecordError(f"field {name!r} holds a non-number ({bad!r})", name)
-    out = np.array(values, dtype=np.float64)  # None -> NaN
+    if types == {float}:
+        out = np.fromiter(values, dtype=np.float64, count=len(values))
+    else:
+        out = np.array(values, dtype=np.float64)  # None -> NaN
     # A NaN or Infinity literal (the standard library reads them) is no measurement;
     # null is "not reported" and stays NaN.
-    if np.isinf(out).any() or int(np.isnan(out).sum()) != values.count(None):
+    nones = 0 if _NONE not in types else len(values) if types == {_NONE} else values.count(None)
+    if np.isinf(out).any() or int(np.isnan(out).sum()) != nones:
         bad = next(v for v in values if v is not None and not np.isfinite(v))
         raise BeyondBounds(f"field {name!r} holds {bad!r}, which no measurement is", name)
     return out
+
+
+@contextmanager
+def collection_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a file is parsed into columns. A parsed
+    document is a tree (no cycles to find), but its hundreds of thousands of new objects
+    would trigger collections that traverse every object of the process, a third of the
+    time orjson itself takes. Collection resumes (and catches up) afterwards; when it was
+    already off, it is left off."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def _loads(data: bytes) -> Any:
@@ -114,10 +173,15 @@ def _loads(data: bytes) -> Any:
 def _ragged(lists: list[Any], name: str) -> tuple[FloatArray, npt.NDArray[np.intp]]:
     """Per-request lists of numbers (`itls`, `inter_chunk_s`) as one flat array plus each
     request's length, so that per-request sums and extremes need no Python loop."""
-    if any(not isinstance(x, list) for x in lists):
+    if set(map(type, lists)) != {list} and any(not isinstance(x, list) for x in lists):
         raise RecordError(f"field {name!r} must be a list in every request", name)
-    lengths = np.fromiter((len(x) for x in lists), dtype=np.intp, count=len(lists))
-    return _floats([g for x in lists for g in x], name), lengths
+    lengths = np.fromiter(map(len, lists), dtype=np.intp, count=len(lists))
+    return _floats(list(chain.from_iterable(lists)), name), lengths
+
+
+def _is_true(values: Sequence[Any]) -> BoolArray:
+    """`v is True` for each value (1 and "true" are not true)."""
+    return np.fromiter(map(operator.is_, values, repeat(True)), dtype=np.bool_, count=len(values))
 
 
 def _row_reduce(
@@ -161,19 +225,20 @@ def _last_jsonl(text: bytes) -> Any:
 
 def _sglang_omni(doc: dict[str, Any]) -> RunRecords:
     rows = doc["per_request"]
-    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+    if not isinstance(rows, list) or not _all_dicts(rows):
         raise RecordError("`per_request` must be a list of objects")
-    ids: list[str] = []
-    for i, r in enumerate(rows):
-        rid = r.get("id")
-        if rid is None or rid == "":
-            raise RecordError(f"per_request[{i}] has no `id`")
-        ids.append(str(rid))
-    success = np.array([r.get("is_success") is True for r in rows], dtype=np.bool_)
+    got, _ = _columns(rows, ("id", "is_success", *FIELDS, "inter_chunk_s"))
+    raw_ids = got["id"]
+    if None in raw_ids or "" in raw_ids:
+        i = next(i for i, rid in enumerate(raw_ids) if rid is None or rid == "")
+        raise RecordError(f"per_request[{i}] has no `id`")
+    ids = list(map(str, raw_ids))
+    success = _is_true(got["is_success"])
     cols: dict[str, FloatArray] = {}
     for name in FIELDS:
-        cols[name] = _floats([r.get(name) for r in rows], name)
-    flat, lengths = _ragged([r.get("inter_chunk_s") or [] for r in rows], "inter_chunk_s")
+        cols[name] = _floats(got[name], name)
+    no_gaps: list[Any] = []  # one empty list for every request without gaps
+    flat, lengths = _ragged([g or no_gaps for g in got["inter_chunk_s"]], "inter_chunk_s")
     cols["inter_chunk_max_s"] = _row_reduce(flat, lengths, np.maximum, np.nan)
     cols["inter_chunk_min_s"] = _row_reduce(flat, lengths, np.minimum, np.nan)
     # A streamed request with gaps but no count still has len(gaps) + 1 chunks.
@@ -182,7 +247,9 @@ def _sglang_omni(doc: dict[str, Any]) -> RunRecords:
         np.isnan(cols["audio_chunk_count"]), derived, cols["audio_chunk_count"]
     )
     gaps = flat[np.repeat(success, lengths)]
-    errors = {ids[i]: str(r.get("error") or "failed") for i, r in enumerate(rows) if not success[i]}
+    errors = {
+        ids[i]: str(rows[i].get("error") or "failed") for i in np.flatnonzero(~success).tolist()
+    }
     summary = doc.get("summary")
     return RunRecords(
         fmt="sglang-omni",
@@ -269,13 +336,13 @@ class WerRecords:
     def scored(self) -> set[str]:
         """The samples this file scored: transcribed, with a finite rate."""
         ok = self.success & np.isfinite(self.wer)
-        return {i for i, x in zip(self.ids, ok.tolist(), strict=True) if x}
+        return set(compress(self.ids, ok.tolist()))
 
     def restrict(self, keep: set[str]) -> WerRecords:
         """The same file over the samples in `keep` only."""
-        sel = np.fromiter((i in keep for i in self.ids), dtype=np.bool_, count=len(self.ids))
+        sel = np.fromiter(map(keep.__contains__, self.ids), dtype=np.bool_, count=len(self.ids))
         return WerRecords(
-            [i for i, x in zip(self.ids, sel.tolist(), strict=True) if x],
+            list(compress(self.ids, sel.tolist())),
             self.success[sel],
             self.wer[sel],
             self.ref_words[sel],
@@ -309,19 +376,32 @@ def parse_wer(data: bytes) -> WerRecords:
 def wer_records(doc: dict[str, Any]) -> WerRecords:
     """`parse_wer` of a document already parsed."""
     rows = doc.get("per_sample")
-    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+    if not isinstance(rows, list) or not _all_dicts(rows):
         raise RecordError("expected `per_sample` rows")
-    ids = [str(r.get("id")) for r in rows]
-    success = np.array([r.get("is_success", True) is True for r in rows], dtype=np.bool_)
-    wer = _floats([r.get("wer") for r in rows], "wer")
-    ref_words = _floats(
-        [len(str(r["ref_norm"]).split()) if r.get("ref_norm") is not None else None for r in rows],
-        "ref_norm",
-    )
-    # Edit counts: a row with any of the three has their sum (a missing one counts 0).
     kinds = ("substitutions", "deletions", "insertions")
-    counts = [_floats([r.get(k) for r in rows], k) for k in kinds]
-    has_any = np.array([any(k in r for k in kinds) for r in rows], dtype=np.bool_)
+    got, everywhere = _columns(
+        rows, ("id", "is_success", "wer", "ref_norm", *kinds), {"is_success": True}
+    )
+    ids = list(map(str, got["id"]))
+    success = _is_true(got["is_success"])
+    wer = _floats(got["wer"], "wer")
+    refs = got["ref_norm"]
+    words: Sequence[int | None]
+    if set(map(type, refs)) <= {str}:
+        words = list(map(len, map(str.split, refs)))
+    else:
+        words = [len(str(x).split()) if x is not None else None for x in refs]
+    ref_words = _floats(words, "ref_norm")
+    # Edit counts: a row with any of the three has their sum (a missing one counts 0).
+    counts = [_floats(got[k], k) for k in kinds]
+    if everywhere:
+        has_any = np.ones(len(rows), dtype=np.bool_)
+    else:
+        has_any = np.zeros(len(rows), dtype=np.bool_)
+        for k in kinds:
+            has_any |= np.fromiter(
+                map(operator.contains, rows, repeat(k)), dtype=np.bool_, count=len(rows)
+            )
     errs = np.where(has_any, sum(np.nan_to_num(c) for c in counts), np.nan)
     summary = doc.get("summary")
     return WerRecords(
