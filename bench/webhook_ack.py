@@ -4,8 +4,9 @@ GitHub's published `pull_request` `synchronize` example, serialized as GitHub de
 (compact JSON, 23.7 KB; `--indent 2` gives the pretty-printed 28.1 KB), signed once;
 every request gets its own `X-GitHub-Delivery`. wrk (`-t2 -c16 -d10s`,
 `bench/webhook_ack.lua`) drives `POST /webhooks/github` on
-`gunicorn -c python:bot.gunicorn_conf -w 2 -k gevent 'bot.web.app:create_app()'` (the
-Procfile's server and settings; `--worker-class gthread` for threads) backed by a fresh
+`gunicorn -c python:bot.gunicorn_conf -w 2 -k bot.serving.GeventWorker
+'bot.web.app:create_app()'` (the Procfile's server, worker and settings; `--worker-class
+gthread` for threads) backed by a fresh
 PostgreSQL database and a dedicated Redis DB, and, served by the same gunicorn command
 line, a bare Flask endpoint that only reads the body (`webhook_ack:bare_app()` below).
 Runs are interleaved bare, app, app, bare after a short warm-up of each, and the medians
@@ -60,6 +61,9 @@ ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 WEBHOOK_SECRET = "webhook-ack-bench-secret"
 TARGET_THROUGHPUT = 0.4
 TARGET_P99_MS = 50.0
+PRODUCTION_WORKER = "bot.serving.GeventWorker"
+"""bot.gunicorn_conf's worker class, passed explicitly: gunicorn's own `-k gevent` does not
+read the body before the application, as the App's worker does."""
 
 
 def bare_app() -> Flask:
@@ -489,8 +493,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--connections", type=int, default=16, help="wrk connections (16)")
     ap.add_argument("--threads", type=int, default=2, help="wrk threads (2)")
     ap.add_argument(
-        "--worker-class", default="gevent",
-        help="gunicorn -k for both servers (gevent, as bot.gunicorn_conf; or gthread)",
+        "--worker-class", default=PRODUCTION_WORKER,
+        help=f"gunicorn -k for both servers ({PRODUCTION_WORKER}, as bot.gunicorn_conf; "
+        "gevent for gunicorn's own gevent worker; or gthread)",
     )  # fmt: skip
     ap.add_argument(
         "--server-threads", type=int, default=4,
