@@ -15,7 +15,6 @@ from itertools import compress
 from typing import cast
 
 import numpy as np
-import numpy.typing as npt
 import pandas as pd
 from scipy import stats
 
@@ -826,8 +825,11 @@ def _length_shift(src: Source, policy: Policy, table: pd.DataFrame) -> list[Find
     keys = ["mode", "concurrency", "request_id", "side"]
     ok = table.loc[table["is_success"].astype(bool), [*keys, *(c for c, _ in _LENGTHS)]]
     # Sample ids numbered in their sorted order: grouped by these numbers the groups come
-    # out in the order the ids would give, and the ids are hashed once, not per measure.
-    ok["request_id"] = pd.factorize(ok["request_id"], sort=True)[0]
+    # out in the order the ids would give, and the ids are hashed once, not per measure
+    # (and by a dict, which reuses each string's hash, not by pandas).
+    rid = ok["request_id"].to_numpy(dtype=object)
+    at = {i: k for k, i in enumerate(sorted(set(rid)))}
+    ok["request_id"] = np.fromiter(map(at.__getitem__, rid), dtype=np.intp, count=len(rid))
     for col, what in _LENGTHS:
         sel = ok[ok[col] > 0]
         if sel.empty:
@@ -966,7 +968,7 @@ def _scored_rates(runs: list[LoadedRun], side: str, keep: set[str] | None) -> _S
     the mean of them all, and each sample's mean over its rounds. Samples are taken in
     the order first seen and each one's rates in run order, so that every sum adds in
     the order a loop over the samples would."""
-    ids: list[npt.NDArray[np.object_]] = []
+    ids: list[list[str]] = []
     rates: list[FloatArray] = []
     for lr in runs:
         w = lr.wer
@@ -975,21 +977,22 @@ def _scored_rates(runs: list[LoadedRun], side: str, keep: set[str] | None) -> _S
         ok = w.success & ~np.isnan(w.wer)
         if keep is not None:
             ok &= np.fromiter(map(keep.__contains__, w.ids), dtype=np.bool_, count=len(w.ids))
-        ids.append(np.array(w.ids, dtype=object)[ok])
+        ids.append(list(compress(w.ids, ok.tolist())))
         rates.append(w.wer[ok])
     if not sum(len(x) for x in ids):
         return None
-    codes, samples = pd.factorize(np.concatenate(ids))
+    every = [i for part in ids for i in part]
+    at = {i: k for k, i in enumerate(dict.fromkeys(every))}  # in the order first seen
+    codes = np.fromiter(map(at.__getitem__, every), dtype=np.intp, count=len(every))
     values = np.concatenate(rates)[np.argsort(codes, kind="stable")]
-    counts = np.bincount(codes, minlength=len(samples))
+    counts = np.bincount(codes, minlength=len(at))
     starts = np.cumsum(counts) - counts
-    means = np.empty(len(samples))
+    means = np.empty(len(at))
     # Samples with as many rates as each other side by side, one row each: a row's sum
     # is then what np.mean of that sample's own list sums (reduceat sums differently).
     for c in np.unique(counts).tolist():
         these = np.flatnonzero(counts == c)
         means[these] = values[starts[these, None] + np.arange(c)].sum(axis=1) / c
-    at = dict(zip(samples.tolist(), range(len(samples)), strict=True))
     return _SideRates(float(np.mean(values)), at, means)
 
 
