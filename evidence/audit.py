@@ -896,11 +896,12 @@ def _accuracy_coverage(src: Source, policy: Policy) -> list[Finding]:
             for lr in mine:
                 w = lr.wer
                 assert w is not None
-                in_file = set(w.ids)
-                asked = set(lr.records.ids) if lr.records is not None else set()
-                lost = sorted(asked - in_file) if asked & in_file else []
-                covered[side] |= in_file
-                covered[side].update(lost)
+                covered[side].update(w.ids)
+                lost: list[str] = []
+                if lr.records is not None and lr.records.ids != w.ids:
+                    in_file, asked = set(w.ids), set(lr.records.ids)
+                    lost = sorted(asked - in_file) if asked & in_file else []
+                    covered[side].update(lost)
                 if lr.run.files.wer is None:
                     continue
                 scored = w.success & np.isfinite(w.wer)
@@ -975,7 +976,8 @@ def _scored_rates(runs: list[LoadedRun], side: str, keep: set[str] | None) -> _S
         if w is None or lr.run.status != "ok" or lr.run.side != side:
             continue
         ok = w.success & ~np.isnan(w.wer)
-        if keep is not None:
+        # `keep` is within this run's scored samples, so as many rows as `keep` are it.
+        if keep is not None and int(ok.sum()) != len(keep):
             ok &= np.fromiter(map(keep.__contains__, w.ids), dtype=np.bool_, count=len(w.ids))
         ids.append(list(compress(w.ids, ok.tolist())))
         rates.append(w.wer[ok])
