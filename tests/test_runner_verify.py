@@ -629,3 +629,37 @@ def test_wall_clock_sources(tmp_path: Path) -> None:
     assert wall_clock(f, 9.0) == (2.5, "client-duration")
     f.write_text("not json")
     assert wall_clock(f, 9.0) == (9.0, "runner")
+
+
+def test_warm_up_runs_until_two_passes_agree(tmp_path: Path) -> None:
+    """A server whose first 4 requests are 8× slower needs two 4-request warm-up passes
+    (slow, fast) and a third that agrees with the second; the server record says so."""
+    task = (ROOT / "runners" / "tasks" / "dry.toml").read_text()
+    task = task.replace(
+        "warmup_requests = 4\n",
+        "warmup_requests = 4\nwarmup_max_passes = 6\nwarmup_steady_pct = 25.0\n",
+    )
+    (tmp_path / "task.toml").write_text(task)
+    cold = {"cold_requests": 4, "cold_factor": 8.0, "char_ms": 2.0, "jitter": 0.0}
+    r, out, m = verify(tmp_path, cold, cold, "--task", str(tmp_path / "task.toml"), "--rounds", "1")
+    assert r.returncode == 0, r.stderr
+    for run in m["runs"]:
+        assert run["status"] == "ok", run
+        warm = json.loads((out / run["files"]["server"]).read_text())["warmup"]
+        assert warm["steady"] is True, warm
+        assert warm["passes"] == 3, warm
+        first, second, third = warm["rates"]
+        assert second > 2 * first, warm
+        assert abs(third / second - 1) <= 0.25, warm
+
+
+def test_one_warm_up_pass_by_default(tmp_path: Path) -> None:
+    """Without `warmup_max_passes` a task warms up once, as before, and says it did not
+    look for a steady state."""
+    cold = {"cold_requests": 8, "cold_factor": 8.0, "char_ms": 2.0, "jitter": 0.0}
+    r, out, m = verify(tmp_path, cold, cold, "--rounds", "1")
+    assert r.returncode == 0, r.stderr
+    warm = json.loads((out / m["runs"][0]["files"]["server"]).read_text())["warmup"]
+    assert warm["passes"] == 1
+    assert warm["steady"] is None
+    assert len(warm["rates"]) == 1

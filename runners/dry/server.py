@@ -28,6 +28,8 @@ base and head can differ by commit), then `RSI_DRY_<KEY>` variables, then flags:
     hang_after    null   requests from number N on never finish
     wer_noise     0.0    the transcriber drops a word with this probability
     fail_rounds   null   list of rounds the failure knobs apply to (all if null)
+    cold_requests 0      the first N requests a server process serves are slow...
+    cold_factor   1.0    ...by this factor (caches filling, kernels compiling)
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ DEFAULTS: dict[str, Any] = {
     "wer_noise": 0.0,
     "fail_rounds": None,
     "client_exit": None,
+    "cold_requests": 0,
+    "cold_factor": 1.0,
 }
 AUDIO_S_PER_CHAR = 0.065  # about 15 characters of speech a second
 CHUNK_AUDIO_S = 0.48  # audio seconds per streamed chunk
@@ -111,10 +115,12 @@ class State:
         with self.lock:
             return seconds * math.exp(self.rng.gauss(0.0, spread))
 
-    def work_s(self, text: str) -> float:
+    def work_s(self, text: str, number: int = 0) -> float:
         speed = float(self.cfg["speed"]) or 1.0
         with self.lock:
             noise = math.exp(self.rng.gauss(0.0, float(self.cfg["jitter"])))
+        if 0 < number <= int(self.cfg["cold_requests"] or 0):
+            noise *= float(self.cfg["cold_factor"])
         return len(text) * float(self.cfg["char_ms"]) / 1000.0 / speed * noise
 
 
@@ -125,6 +131,7 @@ def audio_seconds(text: str) -> float:
 class Handler(BaseHTTPRequestHandler):
     server_version = "rsi-dry/1"
     state: State  # set on the class by main()
+    number = 0  # this request's number in the server's life
 
     def log_message(self, format: str, *args: Any) -> None:
         return  # one line per request would swamp the server log
@@ -150,7 +157,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         st = self.state
-        number = st.admit()
+        number = self.number = st.admit()
         if st.crash_after is not None and number >= int(st.crash_after):
             print(f"dry server: crashing on purpose at request {number}", file=sys.stderr)
             sys.stderr.flush()
@@ -179,7 +186,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _speech(self, text: str) -> None:
         t0 = time.perf_counter()
-        work = self.state.work_s(text)
+        work = self.state.work_s(text, self.number)
         time.sleep(work)
         audio = audio_seconds(text)
         self._json(
@@ -195,7 +202,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _stream(self, text: str) -> None:
         t0 = time.perf_counter()
-        work = self.state.work_s(text)
+        work = self.state.work_s(text, self.number)
         audio = audio_seconds(text)
         chunks = max(1, math.ceil(audio / CHUNK_AUDIO_S))
         # The first chunk needs a fifth of the work (the prompt); the rest is even.
@@ -236,7 +243,7 @@ class Handler(BaseHTTPRequestHandler):
         self._json(200, {"text": self._heard(text)})
 
     def _asr(self, text: str, stream: bool) -> None:
-        work = self.state.work_s(text)
+        work = self.state.work_s(text, self.number)
         heard = self._heard(text)
         if not stream:
             time.sleep(work)
