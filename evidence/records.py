@@ -125,6 +125,8 @@ def _floats(values: Sequence[Any], name: str) -> FloatArray:
         raise RecordError(f"field {name!r} holds a non-number ({bad!r})", name)
     if types == {float}:
         out = np.fromiter(values, dtype=np.float64, count=len(values))
+    elif types == {_NONE}:  # a field this benchmark does not report
+        out = np.full(len(values), np.nan)
     else:
         out = np.array(values, dtype=np.float64)  # None -> NaN
     # A NaN or Infinity literal (the standard library reads them) is no measurement;
