@@ -33,3 +33,23 @@ def test_real_h200_bundle_shows_the_cuda_graph_gain_with_intervals() -> None:
     # requests get their first chunk only at the end, and graph rounds vary a lot.
     codes = {f.code for f in ev.audit}
     assert {"first-chunk-at-end", "noisy-rounds"} <= codes
+
+
+AA_GRAPH = BUNDLE.parent / "rsi-bundle-v-autoaag-h200.zip"
+
+
+def test_real_h200_a_a_with_adaptive_rounds_is_no_change_within_the_threshold() -> None:
+    """The same CUDA-graph server on both sides, `--rounds auto`: the runner stopped when
+    the interval fit inside ±3%, and the engine, judging the bundle on its own, agrees."""
+    ev, sources = build(Inputs(bundles=[AA_GRAPH]))
+    m = sources[0].manifest
+    assert m.complete
+    assert ev.verdict == "no-change"
+    assert not [f for f in ev.audit if f.severity == "error"]
+    row = next(r for r in ev.study if r.metric == "throughput_qps")
+    assert row.verdict == "no-change"
+    assert row.ci_low_pct is not None
+    assert row.ci_high_pct is not None
+    assert -3 < row.ci_low_pct < 0 < row.ci_high_pct < 3
+    ok = [r for r in m.runs if r.status == "ok"]
+    assert len(ok) == 16  # 8 rounds a side, then decided
