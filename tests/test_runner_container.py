@@ -27,10 +27,13 @@ HADOLINT = Path(sys.executable).parent / "hadolint"
 
 # The top-level keys of gha-runner-scale-set's values.yaml (set or documented there),
 # actions/actions-runner-controller charts/gha-runner-scale-set/values.yaml at commit
-# 3c761be133c55ef7031ab0917a05f407818466fa. Upstream's schema leaves them all open.
+# 3c761be133c55ef7031ab0917a05f407818466fa, plus `runnerScaleSetLabels`, the released
+# charts' name for the labels (GitHub's "Using ARC runners in a workflow"; the
+# AutoscalingRunnerSet spec's RunnerScaleSetLabels). Upstream's schema leaves them open.
 ARC_VALUE_KEYS = {
     "githubConfigUrl",
     "scaleSetLabels",
+    "runnerScaleSetLabels",
     "githubConfigSecret",
     "proxy",
     "maxRunners",
@@ -193,7 +196,11 @@ def test_the_arc_example_with_check_jsonschema(tmp_path: Path) -> None:
 def test_the_arc_example_is_an_isolating_runner_pod() -> None:
     values = _arc_values()
     assert values["runnerScaleSetName"] == "h200"
-    assert set(values["scaleSetLabels"]) | {"self-hosted"} == set(_runs_on()[:2]) | {"h200"}
+    # ARC registers the scale set's name and its labels, nothing implicit (its
+    # buildRunnerScaleSetLabels): together they must be exactly what runs-on asks for.
+    wanted = {x.replace("${{ inputs.gpu }}", "h200") for x in _runs_on()}
+    for key in ("runnerScaleSetLabels", "scaleSetLabels"):
+        assert set(values[key]) | {values["runnerScaleSetName"]} == wanted, key
     spec = values["template"]["spec"]
     (runner,) = [c for c in spec["containers"] if c["name"] == "runner"]
     assert runner["securityContext"]["privileged"] is True
