@@ -87,7 +87,7 @@ def audit(
             findings += _first_chunk_at_end(src, lr, policy)
         findings += _sample_sets(src)
         findings += _failed_requests(src, policy)
-        findings += _length_shift(src, policy, requests_table([src]))
+        findings += _length_shift(src, policy, requests_table([src], [c for c, _ in _LENGTHS]))
         findings += _accuracy_coverage(src, policy)
         findings += _accuracy(src, policy)
     order = {"error": 0, "warning": 1, "info": 2}

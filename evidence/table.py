@@ -8,6 +8,8 @@ requests, which is exactly what it can support.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pandas as pd
 
@@ -18,7 +20,11 @@ from evidence.records import COLUMNS, FloatArray, RunRecords, WerRecords
 KEYS = ["gpu", "side", "round", "mode", "concurrency", "run"]
 
 
-def requests_table(sources: list[Source]) -> pd.DataFrame:
+def requests_table(
+    sources: list[Source], columns: Sequence[str] = (*COLUMNS, "wer")
+) -> pd.DataFrame:
+    """One row per request of every `ok` run: the keys, the request id, its success and
+    the per-request `columns` asked for (all of `COLUMNS` and `wer` unless told)."""
     runs = [
         (src, lr, lr.records)
         for src in sources
@@ -26,7 +32,7 @@ def requests_table(sources: list[Source]) -> pd.DataFrame:
         if lr.records is not None and lr.run.status == "ok"
     ]
     if not runs:
-        return pd.DataFrame(columns=[*KEYS, "request_id", "is_success", *COLUMNS, "wer"])
+        return pd.DataFrame(columns=[*KEYS, "request_id", "is_success", *columns])
     sizes = [rec.n for _, _, rec in runs]
     data: dict[str, object] = {
         "gpu": _category([src.gpu for src, _, _ in runs], sizes),
@@ -40,9 +46,11 @@ def requests_table(sources: list[Source]) -> pd.DataFrame:
         "request_id": [i for _, _, rec in runs for i in rec.ids],
         "is_success": np.concatenate([rec.success for _, _, rec in runs]),
     }
-    for c in COLUMNS:
-        data[c] = np.concatenate([rec.cols[c] for _, _, rec in runs])
-    data["wer"] = np.concatenate([_wer_by_request(lr.wer, rec) for _, lr, rec in runs])
+    for c in columns:
+        if c == "wer":
+            data[c] = np.concatenate([_wer_by_request(lr.wer, rec) for _, lr, rec in runs])
+        else:
+            data[c] = np.concatenate([rec.cols[c] for _, _, rec in runs])
     return pd.DataFrame(data)
 
 
