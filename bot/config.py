@@ -19,6 +19,8 @@ from dotenv import dotenv_values
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from evidence.bounds import DEFAULT as BOUNDS  # the engine's own bounds, without NumPy
+
 DATA_DIR = Path.home() / ".local" / "share" / "rsi-bot"
 
 
@@ -72,12 +74,12 @@ class Settings(MetricsSettings):
     RSI_RUN_TIMEOUT_S: int = Field(default=6 * 3600, ge=60)
     RSI_LEASE_S: int = Field(default=600, ge=5)
     # The bounds of a bundle (docs/bounds.md); the artifact download stops at the first.
-    RSI_BUNDLE_MAX_BYTES: int = Field(default=2 << 30, ge=1)
-    RSI_BUNDLE_MAX_MEMBERS: int = Field(default=20_000, ge=1)
-    RSI_BUNDLE_MAX_MEMBER_BYTES: int = Field(default=512 << 20, ge=1)
-    RSI_BUNDLE_MAX_RATIO: float = Field(default=200.0, ge=1)
-    RSI_BUNDLE_MAX_JSON_BYTES: int = Field(default=64 << 20, ge=1)
-    RSI_BUNDLE_MAX_RUNS: int = Field(default=10_000, ge=1)
+    RSI_BUNDLE_MAX_BYTES: int = Field(default=BOUNDS.max_bytes, ge=1)
+    RSI_BUNDLE_MAX_MEMBERS: int = Field(default=BOUNDS.max_members, ge=1)
+    RSI_BUNDLE_MAX_MEMBER_BYTES: int = Field(default=BOUNDS.max_member_bytes, ge=1)
+    RSI_BUNDLE_MAX_RATIO: float = Field(default=BOUNDS.max_ratio, ge=1)
+    RSI_BUNDLE_MAX_JSON_BYTES: int = Field(default=BOUNDS.max_json_bytes, ge=1)
+    RSI_BUNDLE_MAX_RUNS: int = Field(default=BOUNDS.max_runs, ge=1)
     SENTRY_DSN: SecretStr | None = None
     LOG_LEVEL: str = "INFO"
 
