@@ -8,6 +8,7 @@ summaries.
 
 from __future__ import annotations
 
+import math
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -75,6 +76,7 @@ def audit(
         findings += _interleaving(src)
         findings += _too_few(src, policy)
         findings += _noisy(src, policy)
+        findings += _unsteady_warmup(src)
         if history:
             findings += _low_baseline(src, history, policy)
         for lr in src.runs:
@@ -352,6 +354,45 @@ def _noisy(src: Source, policy: Policy) -> list[Finding]:
                         cv_pct=round(cv, 2),
                     )
                 )
+    return out
+
+
+def _finite(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _unsteady_warmup(src: Source) -> list[Finding]:
+    """Runs whose warm-up passes never agreed (the runner's `server.json` says so): their
+    measured rounds may have caught a server still warming up."""
+    out: list[Finding] = []
+    for (mode, conc), runs in _configs(src).items():
+        for side in ("base", "head"):
+            cold = []
+            for lr in runs:
+                warm = (lr.server or {}).get("warmup")
+                if lr.run.side == side and isinstance(warm, dict) and warm.get("steady") is False:
+                    cold.append((lr.run.id, warm))
+            if not cold:
+                continue
+            rid, warm = cold[0]
+            raw = warm.get("rates")
+            rates = [r for r in (raw if isinstance(raw, list) else [])[:8] if _finite(r)]
+            shown = " → ".join(f"{r:.3g}" for r in rates)
+            pct = warm.get("steady_pct")
+            within = f"{pct:g}%" if _finite(pct) else "the task's margin"
+            out.append(
+                _f(
+                    "warm-up-unsteady",
+                    "warning",
+                    f"{side} warm-up at {_cfg(mode, conc)} did not settle in "
+                    f"{len(cold)} run(s): two passes in a row never agreed within "
+                    f"{within} (e.g. {rid}: {shown} requests/s), so those "
+                    "rounds may include a server still warming up.",
+                    src,
+                    [r for r, _ in cold],
+                    unsteady_runs=len(cold),
+                )
+            )
     return out
 
 

@@ -53,3 +53,27 @@ def test_real_h200_a_a_with_adaptive_rounds_is_no_change_within_the_threshold() 
     assert -3 < row.ci_low_pct < 0 < row.ci_high_pct < 3
     ok = [r for r in m.runs if r.status == "ok"]
     assert len(ok) == 16  # 8 rounds a side, then decided
+
+
+AUTO_GRAPH = BUNDLE.parent / "rsi-bundle-v-autograph-h200.zip"
+
+
+def test_real_h200_eager_to_graph_with_adaptive_rounds_decides_in_two_rounds() -> None:
+    """eager → CUDA graph, `--rounds auto`: improved after 2 rounds a side; one base run
+    whose four warm-up passes kept climbing (30.7 → 57.2 requests/s) is named."""
+    ev, sources = build(Inputs(bundles=[AUTO_GRAPH]))
+    m = sources[0].manifest
+    assert ev.verdict == "improved"
+    assert len([r for r in m.runs if r.status == "ok"]) == 4
+    (warm,) = [f for f in ev.audit if f.code == "warm-up-unsteady"]
+    assert warm.severity == "warning"
+    assert warm.runs == ["r2-base-stream-c16"]
+    assert "30.7 → 49.1 → 52.5 → 57.2" in warm.message
+
+
+def test_a_steady_warm_up_is_not_a_finding() -> None:
+    """In the CUDA-graph A/A every warm-up settled but one, whose third pass dropped to
+    15 requests/s; only that run is named."""
+    ev, _ = build(Inputs(bundles=[AA_GRAPH]))
+    (warm,) = [f for f in ev.audit if f.code == "warm-up-unsteady"]
+    assert warm.runs == ["r7-head-stream-c16"]
