@@ -14,6 +14,8 @@ client's CPU seconds, and the GPU's clocks, power and throttle reasons sampled e
   (what the runner does: a server per round);
 - `graph`: the CUDA-graph server, 12 rounds of 128 and 4 of 1,024.
 
+Each round also records the machine's CPU steal fraction (`/proc/stat`).
+
 Never changes a GPU setting: clocks are read, not locked.
 """
 
@@ -188,10 +190,17 @@ class Server:
             self.p.wait()
 
 
+def cpu_times() -> list[int]:
+    """The machine's CPU time counters (/proc/stat's `cpu` line, in ticks)."""
+    with open("/proc/stat") as fh:
+        return [int(x) for x in fh.readline().split()[1:]]
+
+
 def one_round(
     srv: Server, clocks: Clocks, cores: str, requests: int, stream: bool, out: Path
 ) -> dict[str, Any]:
     before = srv.stats()
+    cpu0 = cpu_times()
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     argv = ["taskset", "-c", cores, sys.executable, "-m", "runners.reference.client"]
     argv += ["--port", str(srv.port), "--requests", str(requests), "--concurrency", "16"]
@@ -200,6 +209,7 @@ def one_round(
     subprocess.run(argv, check=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     t1 = time.monotonic()
     ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = [b - a for a, b in zip(cpu0, cpu_times(), strict=True)]
     after = srv.stats()
     summary = json.loads((out / "speed_results.json").read_text())["summary"]
     sizes = {
@@ -219,6 +229,9 @@ def one_round(
         "gpu_busy_frac": round(busy / max(t1 - t0, 1e-9), 3),
         "client_cpu_s": round((ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime), 3),
         "clocks": clocks.window(t0, t1),
+        # Steal: time the hypervisor gave this VM's vCPUs to someone else (a suspect for
+        # the eager decoder's spread, which follows one Python thread's speed).
+        "steal_frac": round(cpu[7] / max(sum(cpu), 1), 4) if len(cpu) > 7 else None,
     }
 
 
