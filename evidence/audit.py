@@ -358,7 +358,14 @@ def _noisy(src: Source, policy: Policy) -> list[Finding]:
 
 
 def _finite(v: object) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+    """A number that can be shown: not a bool, not NaN or infinite, nor an integer too
+    large for a float (JSON allows any length)."""
+    if not isinstance(v, int | float) or isinstance(v, bool):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
 
 
 def _unsteady_warmup(src: Source) -> list[Finding]:

@@ -16,6 +16,7 @@ that starts with `sh -c` gets its script's placeholders shell-quoted. Write `{{`
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import shlex
 import string
@@ -291,8 +292,9 @@ class _Doc:
 
     def num(self, k: str, default: float, minimum: float = 0.0) -> float:
         v = self.t.get(k, default)
-        if isinstance(v, bool) or not isinstance(v, int | float) or v <= minimum:
-            raise self.err(k, f"must be a number greater than {minimum:g}")
+        ok = isinstance(v, int | float) and not isinstance(v, bool)
+        if not ok or not math.isfinite(v) or v <= minimum:
+            raise self.err(k, f"must be a finite number greater than {minimum:g}")
         return float(v)
 
     def int_(self, k: str, default: int | None = None, minimum: int = 1) -> int:

@@ -77,3 +77,32 @@ def test_a_steady_warm_up_is_not_a_finding() -> None:
     ev, _ = build(Inputs(bundles=[AA_GRAPH]))
     (warm,) = [f for f in ev.audit if f.code == "warm-up-unsteady"]
     assert warm.runs == ["r7-head-stream-c16"]
+
+
+def test_a_hostile_warm_up_record_is_shown_safely_not_a_crash(tmp_path: Path) -> None:
+    """`server.json` is bundle content: a warm-up record with integers too large for a
+    float, strings and markup is named by its runs, never shown raw, never a crash."""
+    import json
+    import zipfile
+
+    member = "runs/r2-base-stream-c16/server.json"
+    hostile = tmp_path / "hostile.zip"
+    with zipfile.ZipFile(AUTO_GRAPH) as src, zipfile.ZipFile(hostile, "w") as dst:
+        for item in src.infolist():
+            data = src.read(item)
+            if item.filename == member:
+                doc = json.loads(data)
+                doc["warmup"] = {
+                    "steady": False,
+                    "steady_pct": "<img src=x> @someone",
+                    "rates": [10**400, "x", 30.5, -(10**400)],
+                }
+                data = json.dumps(doc).encode()
+            dst.writestr(item, data)
+    ev, _ = build(Inputs(bundles=[hostile]))
+    (warm,) = [f for f in ev.audit if f.code == "warm-up-unsteady"]
+    assert warm.runs == ["r2-base-stream-c16"]
+    assert "30.5 requests/s" in warm.message
+    assert "the task's margin" in warm.message
+    assert "<img" not in warm.message
+    assert "@someone" not in warm.message

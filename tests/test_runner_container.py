@@ -27,9 +27,10 @@ HADOLINT = Path(sys.executable).parent / "hadolint"
 
 # The top-level keys of gha-runner-scale-set's values.yaml (set or documented there),
 # actions/actions-runner-controller charts/gha-runner-scale-set/values.yaml at commit
-# 3c761be133c55ef7031ab0917a05f407818466fa, plus `runnerScaleSetLabels`, the released
-# charts' name for the labels (GitHub's "Using ARC runners in a workflow"; the
-# AutoscalingRunnerSet spec's RunnerScaleSetLabels). Upstream's schema leaves them open.
+# 3c761be133c55ef7031ab0917a05f407818466fa, plus `runnerScaleSetLabels`, the name GitHub's
+# "Using ARC runners in a workflow" gives the labels value (the chart itself reads
+# `scaleSetLabels` into the AutoscalingRunnerSet's runnerScaleSetLabels). Upstream's
+# schema leaves them open.
 ARC_VALUE_KEYS = {
     "githubConfigUrl",
     "scaleSetLabels",

@@ -123,6 +123,22 @@ def test_unknown_task_name_lists_known() -> None:
         (lambda s: s.replace("[benchmark.modes.streaming]", "[benchmark.modes.stream]"), "stream"),
         (lambda s: s + "\n[[oops\n", "not valid TOML"),
         (
+            lambda s: s.replace(
+                "warmup_requests = 8", "warmup_requests = 8\nwarmup_steady_pct = nan"
+            ),
+            "`benchmark.warmup_steady_pct` must be a finite number",
+        ),
+        (
+            lambda s: s.replace("timeout_s = 1800", "timeout_s = inf"),
+            "`benchmark.timeout_s` must be a finite number",
+        ),
+        (
+            lambda s: s.replace(
+                "warmup_requests = 8", "warmup_requests = 8\nwarmup_max_passes = 0"
+            ),
+            "`benchmark.warmup_max_passes` must be an integer",
+        ),
+        (
             lambda s: s.replace('--output-dir {out}"\n[benchmark', '--x {0}"\n[benchmark', 1),
             "not a valid template|unknown placeholder",
         ),
