@@ -77,6 +77,7 @@ def audit(
         findings += _too_few(src, policy)
         findings += _noisy(src, policy)
         findings += _unsteady_warmup(src)
+        findings += _host_cpu(src, policy)
         if history:
             findings += _low_baseline(src, history, policy)
         for lr in src.runs:
@@ -355,6 +356,37 @@ def _noisy(src: Source, policy: Policy) -> list[Finding]:
                     )
                 )
     return out
+
+
+def _host_cpu(src: Source, policy: Policy) -> list[Finding]:
+    """The machine's own CPU speed (`host_cpu_ms`, a fixed Python loop the runner times
+    before each server starts) moving between rounds: a CPU-bound server moves with it,
+    and no placement on the job's cores can remove that."""
+    got: list[tuple[str, float]] = []
+    for lr in src.runs:
+        ms = (lr.server or {}).get("host_cpu_ms")
+        if isinstance(ms, int | float) and _finite(ms) and 0 < ms < 1e6:
+            got.append((lr.run.id, float(ms)))
+    if len(got) < 3:
+        return []
+    v = np.array([x for _, x in got], dtype=np.float64)
+    cv = 100 * float(v.std(ddof=1) / v.mean())
+    if cv <= policy.noisy_cv_pct:
+        return []
+    return [
+        _f(
+            "host-cpu-unsteady",
+            "warning",
+            f"The machine's CPU changed speed between rounds: a fixed Python loop timed "
+            f"before each round took {v.min():.3g}–{v.max():.3g} ms ({cv:.1f}% CV over "
+            f"{v.size} rounds). A server bound by its CPU (eager decoding launches one "
+            "kernel at a time) follows the machine, so its rounds spread as much; a "
+            "GPU-bound one does not.",
+            src,
+            [rid for rid, _ in got],
+            cv_pct=round(cv, 2),
+        )
+    ]
 
 
 def _finite(v: object) -> bool:

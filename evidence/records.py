@@ -414,7 +414,13 @@ def wer_records(doc: dict[str, Any]) -> WerRecords:
 def parse_server(data: bytes) -> dict[str, Any]:
     """The runner's `server.json`; only its shape is checked here."""
     doc = _load_object(data)
-    for key in ("startup_s", "peak_vram_mib", "cpuset_busy_prelaunch", "foreign_peak_cores"):
+    for key in (
+        "startup_s",
+        "peak_vram_mib",
+        "cpuset_busy_prelaunch",
+        "foreign_peak_cores",
+        "host_cpu_ms",
+    ):
         v = doc.get(key)
         if v is not None and not _is_number(v):
             raise RecordError(f"field {key!r} must be a number")

@@ -278,6 +278,7 @@ def write_bundle(out: Path, spec: SynthSpec) -> Path:
                     ],
                     "cpuset_busy_prelaunch": 0.0,
                     "foreign_peak_cores": 0.05,
+                    "host_cpu_ms": 8.0,
                 }
                 (d / "server.json").write_bytes(orjson.dumps(server))
                 runs.append(

@@ -120,6 +120,11 @@ class Rounds:
                         f"so the rounds are fixed ({min(FALLBACK_ROUNDS, len(pairs))} a side)"
                     )
                     continue
+                measured = (len(values[0]), len(values[1]))
+                if measured == state.get("measured"):
+                    continue  # the pair failed or was skipped: nothing new to look at
+                state["measured"] = measured
+                state["rounds"] = min(measured)  # rounds a side that were measured
                 if pi + 1 < 2:
                     continue
                 look = seqstats.decide(row, values[0], values[1])

@@ -6,10 +6,15 @@ with reaped children counted through their parent's cutime/cstime) are *foreign*
 in cores. `cpuset_busy_prelaunch` is that foreign load over the wait before the server
 starts (the GPU idle check, at least one second); `foreign_peak_cores` the highest
 window while it runs.
+
+`loop_ms` times a fixed pure-Python loop on the server's first core (where the reference
+server's engine runs): the host CPU's own speed before each round. On the H200 cloud VM
+it moved 2–26% (CV) between repetitions with nothing else running in the VM.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass
@@ -54,6 +59,28 @@ def busy_ticks(cpus: set[int]) -> int | None:
     except (OSError, ValueError):
         return None
     return total
+
+
+def loop_ms(core: int | None = None, reps: int = 5, n: int = 200_000) -> float:
+    """Median milliseconds of a fixed pure-Python loop (~10 ms each on a server CPU), on
+    `core` when given: the vCPUs of one VM can differ 1.7× at the same moment."""
+    saved = None
+    if core is not None and hasattr(os, "sched_setaffinity"):
+        with contextlib.suppress(OSError):
+            saved = os.sched_getaffinity(0)
+            os.sched_setaffinity(0, {core})
+    times = []
+    try:
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            acc = 0
+            for i in range(n):
+                acc += i
+            times.append(time.perf_counter() - t0)
+    finally:
+        if saved is not None:
+            os.sched_setaffinity(0, saved)
+    return round(sorted(times)[reps // 2] * 1000, 3)
 
 
 @dataclass(frozen=True)

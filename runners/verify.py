@@ -811,6 +811,7 @@ class Verifier:
             "gpu_samples": [],
             "cpuset_busy_prelaunch": None,
             "foreign_peak_cores": None,
+            "host_cpu_ms": None,
             "gpu_backend": self.backend.name,
             "cpuset": host.cpuset_spec(host.cpuset()),
         }
@@ -868,6 +869,9 @@ class Verifier:
                 time.sleep(max(0.0, self.o.prelaunch_s - wait.waited_s))
                 pre = cpu.window()
             info["cpuset_busy_prelaunch"] = round(pre, 4) if pre is not None else None
+            info["host_cpu_ms"] = host.loop_ms(
+                min(self.placement.server) if self.placement else None
+            )
 
             stage = "start"
             port = free_port()
@@ -1157,12 +1161,17 @@ class Verifier:
             )
         if timed_out:
             kind = {"total": "total-time-limit", "run": "run-time-limit"}.get(which, "hung")
-            raise RunFailure(
-                kind,
-                f"the {what} client did not finish within {limit:.0f}s (the server may "
-                "hang) and was stopped",
-                last="server",
-            )
+            if which == "total":  # the budget ran out, not the server's time
+                msg = (
+                    f"the verification's total time limit was reached during the {what}; "
+                    f"its client was stopped after {wall:.0f}s"
+                )
+            else:
+                msg = (
+                    f"the {what} client did not finish within {limit:.0f}s (the server may "
+                    "hang) and was stopped"
+                )
+            raise RunFailure(kind, msg, last="server")
         if rc != 0:
             raise RunFailure(
                 "client-failed", f"the {what} client failed ({proc.describe_exit(rc)})", "client"

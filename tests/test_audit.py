@@ -340,3 +340,37 @@ def test_any_error_makes_the_study_invalid_even_with_a_real_gain(tmp_path: Path)
     assert any(r.verdict == "improved" for r in ev.study if r.primary)
     assert ev.verdict == "invalid"
     assert ev.gpus["H200"].verdict == "invalid"
+
+
+def _set_host_cpu(bundle: Path, values: dict[str, Any]) -> None:
+    for rid, ms in values.items():
+        run = next(r for r in manifest(bundle)["runs"] if r["id"] == rid)
+        path = bundle / run["files"]["server"]
+        doc = orjson.loads(path.read_bytes())
+        doc["host_cpu_ms"] = ms
+        path.write_bytes(orjson.dumps(doc))
+
+
+def test_host_cpu_speed_that_moves_between_rounds_is_named(bundle: Path) -> None:
+    ids = run_ids(bundle)
+    slow = {rid: (13.0 if i % 3 == 0 else 7.0) for i, rid in enumerate(ids)}
+    _set_host_cpu(bundle, slow)
+    (host,) = [f for f in findings(bundle) if f.code == "host-cpu-unsteady"]
+    assert host.severity == "warning"
+    assert "7–13 ms" in host.message
+    assert sorted(host.runs) == sorted(ids)
+
+
+def test_host_cpu_within_five_percent_is_not_a_finding(bundle: Path) -> None:
+    ids = run_ids(bundle)
+    _set_host_cpu(bundle, {rid: 8.0 + 0.2 * (i % 2) for i, rid in enumerate(ids)})
+    assert findings(bundle) == []
+
+
+def test_host_cpu_values_that_are_not_times_are_left_out(bundle: Path) -> None:
+    """Zero, negative and absurd values are not a machine's speed: they are skipped, and
+    three plausible values that agree are no finding."""
+    ids = run_ids(bundle)
+    _set_host_cpu(bundle, dict.fromkeys(ids, 8.0))
+    _set_host_cpu(bundle, {ids[0]: 0, ids[1]: -5.0, ids[2]: 1e300})
+    assert findings(bundle) == []

@@ -106,3 +106,33 @@ def test_a_hostile_warm_up_record_is_shown_safely_not_a_crash(tmp_path: Path) ->
     assert "the task's margin" in warm.message
     assert "<img" not in warm.message
     assert "@someone" not in warm.message
+
+
+AA_EAGER = BUNDLE.parent / "rsi-bundle-v-autoaa-h200.zip"
+
+
+def test_real_h200_eager_a_a_that_ran_out_of_budget_is_inconclusive_and_names_the_host() -> None:
+    """The eager A/A: the machine's own CPU changed speed (a fixed Python loop, 7.1–13.7 ms
+    before each round), the rounds spread 13–16%, the budget ran out: *inconclusive*, never
+    *no-change*, and the audit names the host rather than the code."""
+    ev, sources = build(Inputs(bundles=[AA_EAGER]))
+    m = sources[0].manifest
+    assert not m.complete
+    assert ev.verdict == "inconclusive"
+    row = next(r for r in ev.study if r.metric == "throughput_qps")
+    assert row.verdict == "inconclusive"
+    assert row.ci_low_pct is not None
+    assert row.ci_low_pct < -3
+    (host,) = [f for f in ev.audit if f.code == "host-cpu-unsteady"]
+    assert host.severity == "warning"
+    assert host.numbers["cv_pct"] == 23.83
+    assert "7.05–13.7 ms" in host.message
+    assert len(host.runs) == 17
+    failed = [r for r in m.runs if r.status == "failed"]
+    assert [r.id for r in failed] == ["r9-head-stream-c16"]
+
+
+def test_a_steady_host_is_not_a_finding() -> None:
+    """The CUDA-graph A/A predates `host_cpu_ms`; no record, no finding."""
+    ev, _ = build(Inputs(bundles=[AA_GRAPH]))
+    assert not [f for f in ev.audit if f.code == "host-cpu-unsteady"]

@@ -135,3 +135,28 @@ def test_a_budget_too_small_for_a_pair_stops_with_budget(tmp_path: Path) -> None
     # the first pair always fits an empty record (nothing measured yet), then no more
     assert row["rounds"] == 1
     assert len(m["runs"]) == 2
+
+
+def test_a_failed_round_adds_no_look_and_is_not_counted(tmp_path: Path) -> None:
+    """A run that fails brings no new data: no repeated look, and `rounds` counts the
+    rounds a side that were measured, not the pairs that were tried."""
+    r, m = verify_auto(
+        tmp_path,
+        {},
+        {"hang_after": 3, "fail_rounds": [2, 3]},
+        "--max-rounds",
+        "4",
+        "--threshold-pct",
+        "0.1",
+        "--run-timeout",
+        "4",
+    )
+    assert r.returncode == 0, r.stderr
+    a = m["adaptive"]
+    ok = {
+        s: sum(x["status"] == "ok" and x["side"] == s for x in m["runs"]) for s in ("base", "head")
+    }
+    assert ok == {"base": 4, "head": 2}
+    seen = [(x["base_rounds"], x["head_rounds"]) for x in a["looks"]]
+    assert len(seen) == len(set(seen))
+    assert a["rows"]["non-streaming c4"]["rounds"] == 2

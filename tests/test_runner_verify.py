@@ -213,6 +213,8 @@ def test_dry_verify_makes_a_bundle_the_engine_accepts(tmp_path: Path) -> None:
         assert server["peak_vram_mib"] is None
         assert isinstance(server["cpuset_busy_prelaunch"], float)
         assert isinstance(server["foreign_peak_cores"], float)
+        assert isinstance(server["host_cpu_ms"], float)
+        assert server["host_cpu_ms"] > 0
         assert server["server_exit"]["how"] == "sigterm"
         speed = json.loads((out / run["files"]["speed"]).read_text())
         assert len(speed["per_request"]) == 20
@@ -321,6 +323,9 @@ def test_total_time_limit_skips_what_is_left(tmp_path: Path) -> None:
     statuses = [x["status"] for x in m["runs"]]
     assert "skipped" in statuses
     assert any(x.get("failure") == "total-time-limit" for x in m["runs"])
+    for x in m["runs"]:  # the budget ran out: not blamed on the server
+        if x.get("failure") == "total-time-limit":
+            assert "server may hang" not in x["error"]
     assert all("total time limit (3s)" in x["error"] for x in m["runs"] if x["status"] == "skipped")
 
 

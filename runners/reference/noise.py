@@ -12,7 +12,12 @@ client's CPU seconds, and the GPU's clocks, power and throttle reasons sampled e
 - `long`:  the same server, 4 rounds of 1,024 requests (longer rounds);
 - `fresh`: 5 fresh servers, each 3 rounds of 128 after the task's 16-request warm-up
   (what the runner does: a server per round);
-- `graph`: the CUDA-graph server, 12 rounds of 128 and 4 of 1,024.
+- `graph`: the CUDA-graph server, 12 rounds of 128 and 4 of 1,024;
+- `cpu`:   no server: on one server core, 40 repetitions of a fixed pure-Python loop, a
+  fixed run of tiny eager GPU launches and eight eager decode steps of the full batch,
+  each timed, to tell the host CPU's own speed from the GPU's;
+- `siblings`: no server: how much a busy loop on each other core slows a pure-Python loop
+  and eager decode on the first server core (a VM's vCPUs may share physical cores).
 
 Each round also records the machine's CPU steal fraction (`/proc/stat`).
 
@@ -145,7 +150,14 @@ class Clocks:
 
 
 class Server:
-    def __init__(self, variant: str, cores: str, log: Path) -> None:
+    def __init__(
+        self,
+        variant: str,
+        cores: str,
+        log: Path,
+        extra: list[str],
+        module: str = "runners.reference.server",
+    ) -> None:
         self.port = free_port()
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         t0 = time.monotonic()
@@ -156,11 +168,12 @@ class Server:
                 cores,
                 sys.executable,
                 "-m",
-                "runners.reference.server",
+                module,
                 "--port",
                 str(self.port),
                 "--variant",
                 variant,
+                *extra,
             ],
             env=env,
             stdout=log.open("ab"),
@@ -235,6 +248,127 @@ def one_round(
     }
 
 
+def cpu_probe(core: int, reps: int) -> dict[str, Any]:
+    """Time three fixed workloads, interleaved, on one core: if the pure-Python loop
+    varies as much as the eager decoder does, the spread is the host CPU's speed."""
+    import torch  # only on the GPU machine
+
+    from runners.reference.model import Config, Decoder
+
+    saved = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {core})
+    try:
+        dec = Decoder(Config(), "cuda")
+        dec.generate(list(range(16)), 8)
+        x = torch.zeros(256, device="cuda")
+        torch.cuda.synchronize()
+        rows: list[dict[str, float]] = []
+        for _ in range(reps):
+            row: dict[str, float] = {}
+            t0, c0 = time.perf_counter(), time.process_time()
+            acc = 0
+            for i in range(2_000_000):
+                acc += i
+            row["py_s"] = time.perf_counter() - t0
+            row["py_cpu_s"] = time.process_time() - c0
+            t0 = time.perf_counter()
+            for _ in range(1500):
+                x.add_(1.0)
+            torch.cuda.synchronize()
+            row["launch_s"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            dec.decode(8)
+            row["decode_s"] = time.perf_counter() - t0
+            rows.append({k: round(v, 5) for k, v in row.items()})
+    finally:
+        os.sched_setaffinity(0, saved)
+    cols = {k: [r[k] for r in rows] for k in rows[0]}
+    corr = {
+        f"{a}~{b}": round(statistics.correlation(cols[a], cols[b]), 3)
+        for a, b in (("py_s", "decode_s"), ("py_s", "launch_s"), ("launch_s", "decode_s"))
+    }
+    cpuinfo = Path("/proc/cpuinfo").read_text().splitlines()
+    model = next(
+        (ln.split(":", 1)[1].strip() for ln in cpuinfo if ln.startswith("model name")), None
+    )
+    gov = Path("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")
+    return {
+        "core": core,
+        "cpu_model": model,
+        "governor": gov.read_text().strip() if gov.exists() else "no cpufreq (a VM)",
+        "reps": rows,
+        "cv_pct": {k: cv(v) for k, v in cols.items()},
+        "corr": corr,
+    }
+
+
+def sibling_map(core: int, reps: int = 8) -> dict[str, Any]:
+    """Per other core: the median slowdown of `core`'s Python loop and eager decode while
+    that core spins. A hyper-thread sibling shows as a large slowdown."""
+    import torch  # only on the GPU machine
+
+    from runners.reference.model import Config, Decoder
+
+    saved = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {core})
+    dec = Decoder(Config(), "cuda")
+    dec.generate(list(range(16)), 8)
+    torch.cuda.synchronize()
+
+    def timed() -> tuple[float, float]:
+        py, de = [], []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            acc = 0
+            for i in range(1_000_000):
+                acc += i
+            py.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            dec.decode(8)
+            de.append(time.perf_counter() - t0)
+        return statistics.median(py), statistics.median(de)
+
+    try:
+        base = timed()
+        rows = {}
+        for other in sorted(saved - {core}):
+            spin = subprocess.Popen(
+                ["taskset", "-c", str(other), sys.executable, "-c", "while True: pass"]
+            )
+            time.sleep(0.3)
+            py, de = timed()
+            spin.kill()
+            spin.wait()
+            rows[str(other)] = {"py_x": round(py / base[0], 3), "decode_x": round(de / base[1], 3)}
+    finally:
+        os.sched_setaffinity(0, saved)
+    return {"core": core, "alone_s": [round(b, 5) for b in base], "with_spin_on": rows}
+
+
+def cpuidle() -> dict[str, Any]:
+    """The guest's idle driver and states: deep idle states make a lone busy core slow."""
+    base = Path("/sys/devices/system/cpu/cpuidle")
+    states = sorted(Path("/sys/devices/system/cpu/cpu0/cpuidle").glob("state*"))
+    out: dict[str, Any] = {
+        "driver": (base / "current_driver").read_text().strip()
+        if (base / "current_driver").exists()
+        else None,
+        "states": [(st / "name").read_text().strip() for st in states],
+    }
+    return out
+
+
+def hold_pm_qos() -> tuple[Any, str]:
+    """Ask the kernel for zero wake-up latency (no deep idle states) while the file stays
+    open, as tuned's latency-performance profile does. Needs root."""
+    try:
+        fh = open("/dev/cpu_dma_latency", "wb", buffering=0)  # noqa: SIM115 (held open)
+        fh.write((0).to_bytes(4, "little"))
+        return fh, "held at 0 us"
+    except OSError as exc:
+        return None, f"unavailable: {exc.strerror}"
+
+
 def cv(xs: list[float]) -> float | None:
     return round(statistics.stdev(xs) / statistics.fmean(xs) * 100, 2) if len(xs) > 1 else None
 
@@ -248,19 +382,39 @@ def main() -> None:
     ap.add_argument("--long", type=int, default=4, help="rounds of 1,024 requests")
     ap.add_argument("--servers", type=int, default=5, help="fresh servers")
     ap.add_argument("--per-server", type=int, default=3, help="rounds per fresh server")
+    ap.add_argument("--cores", help="SERVER:CLIENT core lists (default: the two halves)")
+    ap.add_argument("--pm-qos", action="store_true", help="hold /dev/cpu_dma_latency at 0")
+    ap.add_argument("--spin", help="keep a busy loop on this core for the whole study")
+    ap.add_argument("--server-module", default="runners.reference.server")
+    ap.add_argument(
+        "--server-arg",
+        action="append",
+        default=[],
+        help="passed on to the server (repeat), e.g. --server-arg=--engine-cpus=shared",
+    )
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     log = out / "servers.log"
     scratch = out / "scratch"
-    server_cores, client_cores = halves()
+    server_cores, client_cores = args.cores.split(":") if args.cores else halves()
     clocks = Clocks()
     doc: dict[str, Any] = {
         "gpu": clocks.static(),
         "cores": {"server": server_cores, "client": client_cores},
         "loadavg": Path("/proc/loadavg").read_text().split()[:3],
+        "server": [args.server_module, *args.server_arg],
+        "cpuidle": cpuidle(),
         "experiments": {},
     }
+
+    qos, doc["pm_qos"] = hold_pm_qos() if args.pm_qos else (None, "not asked")
+    spin = None
+    if args.spin:
+        spin = subprocess.Popen(
+            ["taskset", "-c", args.spin, sys.executable, "-c", "while True: pass"]
+        )
+        doc["spin"] = args.spin
 
     def save() -> None:
         (out / "noise.json").write_text(json.dumps(doc, indent=1))
@@ -288,7 +442,7 @@ def main() -> None:
         exp: dict[str, Any] = {}
         if step in ("same", "long", "graph"):
             variant = "graph" if step == "graph" else "eager"
-            srv = Server(variant, server_cores, log)
+            srv = Server(variant, server_cores, log, args.server_arg, args.server_module)
             exp["startup_s"] = round(srv.startup_s, 2)
             warm(srv)
             if step in ("same", "graph"):
@@ -296,10 +450,16 @@ def main() -> None:
             if step in ("long", "graph"):
                 exp["r1024"] = rounds(step, srv, args.long, 1024)
             srv.close()
+        elif step == "cpu":
+            exp = cpu_probe(int(server_cores.split(",")[0]), 40)
+            print("cpu", exp["cv_pct"], exp["corr"], flush=True)
+        elif step == "siblings":
+            exp = sibling_map(int(server_cores.split(",")[0]))
+            print("siblings", exp, flush=True)
         elif step == "fresh":
             exp["servers"] = []
             for _ in range(args.servers):
-                srv = Server("eager", server_cores, log)
+                srv = Server("eager", server_cores, log, args.server_arg, args.server_module)
                 warm(srv)
                 exp["servers"].append(
                     {
@@ -322,6 +482,10 @@ def main() -> None:
         doc["experiments"][step] = exp
         save()
     clocks.stop.set()
+    if spin:
+        spin.kill()
+    if qos:
+        qos.close()
     save()
     for name, exp in doc["experiments"].items():
         print(name, {k: v for k, v in exp.items() if "cv" in k or k == "seconds"})
