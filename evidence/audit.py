@@ -380,8 +380,8 @@ def _host_cpu(src: Source, policy: Policy) -> list[Finding]:
             f"The machine's CPU changed speed between rounds: a fixed Python loop timed "
             f"before each round took {v.min():.3g}–{v.max():.3g} ms ({cv:.1f}% CV over "
             f"{v.size} rounds). A server bound by its CPU (eager decoding launches one "
-            "kernel at a time) follows the machine, so its rounds spread as much; a "
-            "GPU-bound one does not.",
+            "kernel at a time) can spread with the machine, and only more rounds (or a "
+            "dedicated machine) narrow its interval; a GPU-bound one barely moves.",
             src,
             [rid for rid, _ in got],
             cv_pct=round(cv, 2),
