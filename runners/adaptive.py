@@ -109,23 +109,24 @@ class Rounds:
                 for i in pair:
                     self.cursor = i
                     yield self.plan[i]
-                state["rounds"] = pi + 1
                 if not self.adaptive or self.fallback:
+                    state["rounds"] = pi + 1
                     continue
                 values = self._values(done(), name)
                 if values is None:
                     self.fallback = True
+                    state["rounds"] = pi + 1
                     self.warn(
                         "--rounds auto: the client's speed file has no summary.throughput_qps, "
                         f"so the rounds are fixed ({min(FALLBACK_ROUNDS, len(pairs))} a side)"
                     )
                     continue
                 measured = (len(values[0]), len(values[1]))
+                state["rounds"] = min(measured)  # rounds a side that were measured
                 if measured == state.get("measured"):
                     continue  # the pair failed or was skipped: nothing new to look at
                 state["measured"] = measured
-                state["rounds"] = min(measured)  # rounds a side that were measured
-                if pi + 1 < 2:
+                if min(measured) < 2:
                     continue
                 look = seqstats.decide(row, values[0], values[1])
                 rec = {"row": name, "round": pi + 1, **look.record()}

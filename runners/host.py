@@ -65,12 +65,12 @@ def loop_ms(core: int | None = None, reps: int = 5, n: int = 200_000) -> float:
     """Median milliseconds of a fixed pure-Python loop (~10 ms each on a server CPU), on
     `core` when given: the vCPUs of one VM can differ 1.7× at the same moment."""
     saved = None
-    if core is not None and hasattr(os, "sched_setaffinity"):
-        with contextlib.suppress(OSError):
-            saved = os.sched_getaffinity(0)
-            os.sched_setaffinity(0, {core})
     times = []
-    try:
+    try:  # pinned inside the try: an interrupt right after pinning still restores
+        if core is not None and hasattr(os, "sched_setaffinity"):
+            with contextlib.suppress(OSError):
+                saved = os.sched_getaffinity(0)
+                os.sched_setaffinity(0, {core})
         for _ in range(reps):
             t0 = time.perf_counter()
             acc = 0

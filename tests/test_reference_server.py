@@ -3,9 +3,9 @@ batcher, the front end that routes its chunks back, and the HTTP answers.
 
 A request takes a free slot between chunks of decoding and leaves as soon as its own
 frames are out, so a short request never waits for a long one and freed slots refill:
-that, and the engine in its own process, is what keeps the reference task's rounds steady
-(runners/README.md, noise). The tests join engine and front end by the same pipes the
-server uses, with the engine in a thread instead of a process."""
+that is what made the CUDA-graph server's rounds steady (runners/README.md, noise). The
+tests join engine and front end by the same pipes the server uses, with the engine in a
+thread instead of a process."""
 
 from __future__ import annotations
 
@@ -105,6 +105,36 @@ def test_when_the_engine_exits_waiting_requests_fail_and_new_ones_are_refused() 
         front.submit(server.Job("again", False))
 
 
+def test_a_request_sent_to_an_engine_that_just_died_is_refused_not_kept() -> None:
+    """The engine's end of the pipe is gone before the router has seen EOF: the send
+    fails, the request is dropped and the caller gets the refusal (HTTP 503)."""
+    req_r, req_w = mp.Pipe(duplex=False)
+    ev_r, ev_w = mp.Pipe(duplex=False)
+    ev_w.send("ready")
+    front = server.Front(req_w, ev_r)
+    assert front.ready.wait(5)
+    req_r.close()
+    with pytest.raises(RuntimeError, match="engine process exited"):
+        front.submit(server.Job("hello", True))
+    assert front.jobs == {}
+
+
+def test_an_event_the_router_cannot_read_fails_the_server_rather_than_hanging_it() -> None:
+    _req_r, req_w = mp.Pipe(duplex=False)  # held: the engine's end stays open
+    ev_r, ev_w = mp.Pipe(duplex=False)
+    ev_w.send("ready")
+    front = server.Front(req_w, ev_r)
+    assert front.ready.wait(5)
+    job = server.Job("hello", False)
+    front.submit(job)
+    ev_w.send(("not", "an event"))
+    (err,) = drain(job)
+    assert err["error"].startswith("the engine process failed (ValueError")
+    assert not front.ready.is_set()
+    with pytest.raises(RuntimeError, match="engine process failed"):
+        front.submit(server.Job("again", False))
+
+
 def test_the_engine_stops_when_the_front_end_goes() -> None:
     req_r, req_w = mp.Pipe(duplex=False)
     _, ev_w = mp.Pipe(duplex=False)
@@ -165,3 +195,37 @@ def test_engine_cpus_first_gives_the_engine_a_core_of_its_own(
     assert server.split_cpus("shared") == (None, None)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {5})
     assert server.split_cpus("first") == (None, None)
+
+
+def raw_post(port: int, headers: dict[str, str], body: bytes = b"") -> tuple[int, str, bytes]:
+    """POST with the headers as given; returns status, the Connection header, the body."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.putrequest("POST", "/v1/audio/speech", skip_accept_encoding=True)
+    for k, v in headers.items():
+        conn.putheader(k, v)
+    conn.endheaders(body or None)
+    resp = conn.getresponse()
+    out = (resp.status, resp.getheader("Connection") or "", resp.read())
+    conn.close()
+    return out
+
+
+@pytest.mark.parametrize(
+    ("length", "body", "status"),
+    [
+        ("-1", b"", 400),  # would read until the client hangs up
+        ("abc", b"", 400),
+        (str(10**15), b"", 413),  # would allocate a petabyte
+        (str(10**30), b"", 413),
+        ("100001", b"[" * 100001, 400),  # nested past the recursion limit
+        ("30", b'{"input": "a", "stream": "no"}', 400),  # a string is not a flag
+        ("15", b'{"input": null}', 400),
+    ],
+)
+def test_bad_bodies_get_an_answer_and_the_connection_closes(
+    http_port: int, length: str, body: bytes, status: int
+) -> None:
+    got, connection, data = raw_post(http_port, {"Content-Length": length}, body)
+    assert (got, connection) == (status, "close")
+    assert json.loads(data)["error"].startswith("bad request")
+    assert call(http_port, "GET", "/health") == (200, b'{"ok": true}')

@@ -37,6 +37,7 @@ from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
 FRAME_S = 0.08  # seconds of audio per decoded frame (12.5 Hz)
+MAX_BODY = 1 << 20  # a request is a line of text
 CHUNK = 8
 
 # One message per decoded chunk, engine → front end: (requests admitted, busy slots,
@@ -157,8 +158,13 @@ class Front:
                 raise RuntimeError(self.failed)
             rid = next(self.ids)
             self.jobs[rid] = job
-        with self.send_lock:
-            self.to_engine.send((rid, job.first, job.frames))
+        try:
+            with self.send_lock:
+                self.to_engine.send((rid, job.first, job.frames))
+        except OSError as exc:  # the engine has gone; the router may not know yet
+            with self.lock:
+                self.jobs.pop(rid, None)
+            raise RuntimeError("the engine process exited") from exc
 
     def snapshot(self) -> dict[str, Any]:
         with self.lock:
@@ -171,13 +177,14 @@ class Front:
             self.ready.set()
             while True:
                 self._deliver(self.from_engine.recv())
-        except (EOFError, OSError):
+        except Exception as exc:  # EOF from a dead engine, or a bug here: fail, never hang
+            why = "exited" if isinstance(exc, EOFError | OSError) else f"failed ({exc!r})"
             with self.lock:
-                self.failed = "the engine process exited"
+                self.failed = f"the engine process {why}"
                 self.ready.clear()
                 jobs, self.jobs = list(self.jobs.values()), {}
             for job in jobs:
-                job.chunks.put({"error": "the engine process exited"})
+                job.chunks.put({"error": self.failed})
                 job.chunks.put(None)
 
     def _deliver(self, event: Event) -> None:
@@ -217,6 +224,8 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(body)
 
@@ -229,16 +238,32 @@ class Handler(BaseHTTPRequestHandler):
         else:
             self._json(404, {"error": "not found"})
 
+    def _refuse(self, status: int, why: str) -> None:
+        self.close_connection = True  # what is left of the body must not be read as a request
+        self._json(status, {"error": why})
+
     def do_POST(self) -> None:
-        try:
-            length = int(self.headers.get("Content-Length") or 0)
-            req = json.loads(self.rfile.read(length) or b"{}")
-            if not isinstance(req, dict):
-                raise ValueError("the body is not a JSON object")
-        except ValueError as exc:
-            self._json(400, {"error": f"bad request: {exc}"})
+        raw = self.headers.get("Content-Length") or "0"
+        if not raw.isdigit():
+            self._refuse(400, "bad request: Content-Length is not a number")
             return
-        job = Job(str(req.get("input", "")), bool(req.get("stream")))
+        if int(raw) > MAX_BODY:
+            self._refuse(413, f"bad request: a body is at most {MAX_BODY} bytes")
+            return
+        try:
+            req = json.loads(self.rfile.read(int(raw)) or b"{}")
+        except (ValueError, RecursionError) as exc:
+            self._refuse(400, f"bad request: not JSON ({type(exc).__name__})")
+            return
+        text, stream = (
+            (req.get("input", ""), req.get("stream", False))
+            if isinstance(req, dict)
+            else (None, None)
+        )
+        if not isinstance(text, str) or not isinstance(stream, bool):
+            self._refuse(400, 'bad request: expected {"input": text, "stream": true|false}')
+            return
+        job = Job(text, stream)
         if FRONT is None or not FRONT.ready.is_set():
             self._json(503, {"error": "the model is not ready"})
             return
