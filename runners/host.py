@@ -61,22 +61,26 @@ def busy_ticks(cpus: set[int]) -> int | None:
     return total
 
 
+def py_loop(n: int) -> float:
+    """Seconds for `n` additions in pure Python: a fixed amount of one core's work."""
+    t0 = time.perf_counter()
+    acc = 0
+    for i in range(n):
+        acc += i
+    return time.perf_counter() - t0
+
+
 def loop_ms(core: int | None = None, reps: int = 5, n: int = 200_000) -> float:
     """Median milliseconds of a fixed pure-Python loop (~10 ms each on a server CPU), on
     `core` when given: the vCPUs of one VM can differ 1.7× at the same moment."""
     saved = None
-    times = []
+    times: list[float] = []
     try:  # pinned inside the try: an interrupt right after pinning still restores
         if core is not None and hasattr(os, "sched_setaffinity"):
             with contextlib.suppress(OSError):
                 saved = os.sched_getaffinity(0)
                 os.sched_setaffinity(0, {core})
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            acc = 0
-            for i in range(n):
-                acc += i
-            times.append(time.perf_counter() - t0)
+        times = [py_loop(n) for _ in range(reps)]
     finally:
         if saved is not None:
             os.sched_setaffinity(0, saved)

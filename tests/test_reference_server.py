@@ -16,6 +16,7 @@ import os
 import threading
 from collections.abc import Iterator
 from http.server import ThreadingHTTPServer
+from multiprocessing.connection import Connection
 from typing import Any
 
 import pytest
@@ -56,6 +57,17 @@ def wire(batch: int, gated: bool = True) -> tuple[server.Front, Model, threading
     return front, model, t
 
 
+def bare_front() -> tuple[server.Front, Connection, Connection]:
+    """A ready front end with no engine: the test plays the engine's ends of the pipes
+    (requests to read, events to send)."""
+    req_r, req_w = mp.Pipe(duplex=False)
+    ev_r, ev_w = mp.Pipe(duplex=False)
+    ev_w.send("ready")
+    front = server.Front(req_w, ev_r)
+    assert front.ready.wait(5)
+    return front, req_r, ev_w
+
+
 def drain(job: server.Job) -> list[dict[str, Any]]:
     items = []
     while (item := job.chunks.get(timeout=5)) is not None:
@@ -90,11 +102,7 @@ def test_a_short_request_leaves_before_a_long_one_and_its_slot_is_reused() -> No
 
 
 def test_when_the_engine_exits_waiting_requests_fail_and_new_ones_are_refused() -> None:
-    req_r, req_w = mp.Pipe(duplex=False)
-    ev_r, ev_w = mp.Pipe(duplex=False)
-    ev_w.send("ready")
-    front = server.Front(req_w, ev_r)
-    assert front.ready.wait(5)
+    front, req_r, ev_w = bare_front()
     job = server.Job("hello", True)
     front.submit(job)
     assert req_r.recv() == (0, job.first, job.frames)
@@ -108,11 +116,7 @@ def test_when_the_engine_exits_waiting_requests_fail_and_new_ones_are_refused() 
 def test_a_request_sent_to_an_engine_that_just_died_is_refused_not_kept() -> None:
     """The engine's end of the pipe is gone before the router has seen EOF: the send
     fails, the request is dropped and the caller gets the refusal (HTTP 503)."""
-    req_r, req_w = mp.Pipe(duplex=False)
-    ev_r, ev_w = mp.Pipe(duplex=False)
-    ev_w.send("ready")
-    front = server.Front(req_w, ev_r)
-    assert front.ready.wait(5)
+    front, req_r, _ev_w = bare_front()  # events held open: the router has seen no EOF
     req_r.close()
     with pytest.raises(RuntimeError, match="engine process exited"):
         front.submit(server.Job("hello", True))
@@ -120,11 +124,7 @@ def test_a_request_sent_to_an_engine_that_just_died_is_refused_not_kept() -> Non
 
 
 def test_an_event_the_router_cannot_read_fails_the_server_rather_than_hanging_it() -> None:
-    _req_r, req_w = mp.Pipe(duplex=False)  # held: the engine's end stays open
-    ev_r, ev_w = mp.Pipe(duplex=False)
-    ev_w.send("ready")
-    front = server.Front(req_w, ev_r)
-    assert front.ready.wait(5)
+    front, _req_r, ev_w = bare_front()  # held: the engine's end stays open
     job = server.Job("hello", False)
     front.submit(job)
     ev_w.send(("not", "an event"))

@@ -39,8 +39,12 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from runners import host
+from runners.fingerprint import cpu_model
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -248,9 +252,9 @@ def one_round(
     }
 
 
-def cpu_probe(core: int, reps: int) -> dict[str, Any]:
-    """Time three fixed workloads, interleaved, on one core: if the pure-Python loop
-    varies as much as the eager decoder does, the spread is the host CPU's speed."""
+@contextlib.contextmanager
+def pinned_decoder(core: int) -> Iterator[Any]:
+    """The reference decoder, warmed, with this process pinned to `core` meanwhile."""
     import torch  # only on the GPU machine
 
     from runners.reference.model import Config, Decoder
@@ -260,16 +264,30 @@ def cpu_probe(core: int, reps: int) -> dict[str, Any]:
     try:
         dec = Decoder(Config(), "cuda")
         dec.generate(list(range(16)), 8)
+        torch.cuda.synchronize()
+        yield dec
+    finally:
+        os.sched_setaffinity(0, saved)
+
+
+def spinner(core: str) -> subprocess.Popen[bytes]:
+    """A busy loop on `core` until killed."""
+    return subprocess.Popen(["taskset", "-c", core, sys.executable, "-c", "while True: pass"])
+
+
+def cpu_probe(core: int, reps: int) -> dict[str, Any]:
+    """Time three fixed workloads, interleaved, on one core: if the pure-Python loop
+    varies as much as the eager decoder does, the spread is the host CPU's speed."""
+    import torch  # only on the GPU machine
+
+    with pinned_decoder(core) as dec:
         x = torch.zeros(256, device="cuda")
         torch.cuda.synchronize()
         rows: list[dict[str, float]] = []
         for _ in range(reps):
             row: dict[str, float] = {}
-            t0, c0 = time.perf_counter(), time.process_time()
-            acc = 0
-            for i in range(2_000_000):
-                acc += i
-            row["py_s"] = time.perf_counter() - t0
+            c0 = time.process_time()
+            row["py_s"] = host.py_loop(2_000_000)
             row["py_cpu_s"] = time.process_time() - c0
             t0 = time.perf_counter()
             for _ in range(1500):
@@ -280,21 +298,15 @@ def cpu_probe(core: int, reps: int) -> dict[str, Any]:
             dec.decode(8)
             row["decode_s"] = time.perf_counter() - t0
             rows.append({k: round(v, 5) for k, v in row.items()})
-    finally:
-        os.sched_setaffinity(0, saved)
     cols = {k: [r[k] for r in rows] for k in rows[0]}
     corr = {
         f"{a}~{b}": round(statistics.correlation(cols[a], cols[b]), 3)
         for a, b in (("py_s", "decode_s"), ("py_s", "launch_s"), ("launch_s", "decode_s"))
     }
-    cpuinfo = Path("/proc/cpuinfo").read_text().splitlines()
-    model = next(
-        (ln.split(":", 1)[1].strip() for ln in cpuinfo if ln.startswith("model name")), None
-    )
     gov = Path("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")
     return {
         "core": core,
-        "cpu_model": model,
+        "cpu_model": cpu_model(),
         "governor": gov.read_text().strip() if gov.exists() else "no cpufreq (a VM)",
         "reps": rows,
         "cv_pct": {k: cv(v) for k, v in cols.items()},
@@ -305,43 +317,27 @@ def cpu_probe(core: int, reps: int) -> dict[str, Any]:
 def sibling_map(core: int, reps: int = 8) -> dict[str, Any]:
     """Per other core: the median slowdown of `core`'s Python loop and eager decode while
     that core spins. A hyper-thread sibling shows as a large slowdown."""
-    import torch  # only on the GPU machine
+    others = sorted(os.sched_getaffinity(0) - {core})
+    with pinned_decoder(core) as dec:
 
-    from runners.reference.model import Config, Decoder
+        def timed() -> tuple[float, float]:
+            py, de = [], []
+            for _ in range(reps):
+                py.append(host.py_loop(1_000_000))
+                t0 = time.perf_counter()
+                dec.decode(8)
+                de.append(time.perf_counter() - t0)
+            return statistics.median(py), statistics.median(de)
 
-    saved = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {core})
-    dec = Decoder(Config(), "cuda")
-    dec.generate(list(range(16)), 8)
-    torch.cuda.synchronize()
-
-    def timed() -> tuple[float, float]:
-        py, de = [], []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            acc = 0
-            for i in range(1_000_000):
-                acc += i
-            py.append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            dec.decode(8)
-            de.append(time.perf_counter() - t0)
-        return statistics.median(py), statistics.median(de)
-
-    try:
         base = timed()
         rows = {}
-        for other in sorted(saved - {core}):
-            spin = subprocess.Popen(
-                ["taskset", "-c", str(other), sys.executable, "-c", "while True: pass"]
-            )
+        for other in others:
+            spin = spinner(str(other))
             time.sleep(0.3)
             py, de = timed()
             spin.kill()
             spin.wait()
             rows[str(other)] = {"py_x": round(py / base[0], 3), "decode_x": round(de / base[1], 3)}
-    finally:
-        os.sched_setaffinity(0, saved)
     return {"core": core, "alone_s": [round(b, 5) for b in base], "with_spin_on": rows}
 
 
@@ -411,9 +407,7 @@ def main() -> None:
     qos, doc["pm_qos"] = hold_pm_qos() if args.pm_qos else (None, "not asked")
     spin = None
     if args.spin:
-        spin = subprocess.Popen(
-            ["taskset", "-c", args.spin, sys.executable, "-c", "while True: pass"]
-        )
+        spin = spinner(args.spin)
         doc["spin"] = args.spin
 
     def save() -> None:
