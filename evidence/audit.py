@@ -360,31 +360,43 @@ def _noisy(src: Source, policy: Policy) -> list[Finding]:
 
 def _host_cpu(src: Source, policy: Policy) -> list[Finding]:
     """The machine's own CPU speed (`host_cpu_ms`, a fixed Python loop the runner times
-    before each server starts) moving between rounds: a CPU-bound server moves with it,
-    and no placement on the job's cores can remove that."""
-    got: list[tuple[str, float]] = []
+    before each server starts) moving between runs, or differing between the sides: a
+    CPU-bound server moves with it, and no placement on the job's cores removes that."""
+    got: list[tuple[str, str, float]] = []
     for lr in src.runs:
         ms = (lr.server or {}).get("host_cpu_ms")
         if isinstance(ms, int | float) and _finite(ms) and 0 < ms < 1e6:
-            got.append((lr.run.id, float(ms)))
+            got.append((lr.run.id, lr.run.side, float(ms)))
     if len(got) < 3:
         return []
-    v = np.array([x for _, x in got], dtype=np.float64)
+    v = np.array([x for _, _, x in got], dtype=np.float64)
     cv = 100 * float(v.std(ddof=1) / v.mean())
-    if cv <= policy.noisy_cv_pct:
+    med = {
+        side: float(np.median([x for _, s, x in got if s == side]))
+        for side in ("base", "head")
+        if any(s == side for _, s, _ in got)
+    }
+    gap = 100 * (med["head"] / med["base"] - 1) if len(med) == 2 else 0.0
+    if cv <= policy.noisy_cv_pct and abs(gap) <= policy.noisy_cv_pct:
         return []
+    sides = (
+        f"; median base {med['base']:.3g} ms, head {med['head']:.3g} ms ({gap:+.1f}%)"
+        if len(med) == 2
+        else ""
+    )
     return [
         _f(
             "host-cpu-unsteady",
             "warning",
-            f"The machine's CPU changed speed between rounds: a fixed Python loop timed "
-            f"before each round took {v.min():.3g}–{v.max():.3g} ms ({cv:.1f}% CV over "
-            f"{v.size} rounds). A server bound by its CPU (eager decoding launches one "
-            "kernel at a time) can spread with the machine, and only more rounds (or a "
-            "dedicated machine) narrow its interval; a GPU-bound one barely moves.",
+            f"The machine's CPU changed speed between runs: a fixed Python loop timed "
+            f"before each run took {v.min():.3g}–{v.max():.3g} ms ({cv:.1f}% CV over "
+            f"{v.size} runs{sides}). A server bound by its CPU (eager decoding launches "
+            "one kernel at a time) can spread with the machine, and only more rounds (or "
+            "a dedicated machine) narrow its interval; a GPU-bound one barely moves.",
             src,
-            [rid for rid, _ in got],
+            [rid for rid, _, _ in got],
             cv_pct=round(cv, 2),
+            side_gap_pct=round(gap, 2),
         )
     ]
 

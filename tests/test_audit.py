@@ -374,3 +374,14 @@ def test_host_cpu_values_that_are_not_times_are_left_out(bundle: Path) -> None:
     _set_host_cpu(bundle, dict.fromkeys(ids, 8.0))
     _set_host_cpu(bundle, {ids[0]: 0, ids[1]: -5.0, ids[2]: 1e300})
     assert findings(bundle) == []
+
+
+def test_a_host_slower_on_one_side_is_named_even_when_the_spread_is_small(bundle: Path) -> None:
+    """7.0 ms before every base run, 7.6 ms before every head run: 4% CV overall, but the
+    head's machine was 8.6% slower, which can bias the delta itself."""
+    _set_host_cpu(bundle, dict.fromkeys(run_ids(bundle, "base"), 7.0))
+    _set_host_cpu(bundle, dict.fromkeys(run_ids(bundle, "head"), 7.6))
+    (host,) = [f for f in findings(bundle) if f.code == "host-cpu-unsteady"]
+    assert host.numbers["cv_pct"] < 5
+    assert host.numbers["side_gap_pct"] == 8.57
+    assert "median base 7 ms, head 7.6 ms (+8.6%)" in host.message

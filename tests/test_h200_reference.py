@@ -127,6 +127,7 @@ def test_real_h200_eager_a_a_that_ran_out_of_budget_is_inconclusive_and_names_th
     assert host.severity == "warning"
     assert host.numbers["cv_pct"] == 23.83
     assert "7.05–13.7 ms" in host.message
+    assert "over 17 runs" in host.message
     assert len(host.runs) == 17
     failed = [r for r in m.runs if r.status == "failed"]
     assert [r.id for r in failed] == ["r9-head-stream-c16"]

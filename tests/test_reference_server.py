@@ -214,6 +214,7 @@ def raw_post(port: int, headers: dict[str, str], body: bytes = b"") -> tuple[int
     ("length", "body", "status"),
     [
         ("-1", b"", 400),  # would read until the client hangs up
+        ("\u00b3", b"", 400),  # a superscript digit: isdigit() but not int()
         ("abc", b"", 400),
         (str(10**15), b"", 413),  # would allocate a petabyte
         (str(10**30), b"", 413),
@@ -229,3 +230,28 @@ def test_bad_bodies_get_an_answer_and_the_connection_closes(
     assert (got, connection) == (status, "close")
     assert json.loads(data)["error"].startswith("bad request")
     assert call(http_port, "GET", "/health") == (200, b'{"ok": true}')
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Content-Length": "2", "Transfer-Encoding": "chunked"},
+        {"Transfer-Encoding": "chunked"},
+    ],
+)
+def test_a_body_framed_any_other_way_is_refused_and_closes(
+    http_port: int, headers: dict[str, str]
+) -> None:
+    got, connection, _ = raw_post(http_port, headers, b"{}")
+    assert (got, connection) == (400, "close")
+
+
+def test_two_content_lengths_are_refused(http_port: int) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", http_port, timeout=10)
+    conn.putrequest("POST", "/v1/audio/speech", skip_accept_encoding=True)
+    conn.putheader("Content-Length", "2")
+    conn.putheader("Content-Length", "40")
+    conn.endheaders(b"{}")
+    resp = conn.getresponse()
+    assert (resp.status, resp.getheader("Connection")) == (400, "close")
+    conn.close()

@@ -215,6 +215,7 @@ FRONT: Front | None = None
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    timeout = 120  # a client that stops sending mid-request frees its thread
 
     def log_message(self, fmt: str, *args: Any) -> None:
         return
@@ -230,6 +231,8 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_GET(self) -> None:
+        if "Content-Length" in self.headers or "Transfer-Encoding" in self.headers:
+            self.close_connection = True  # a body we do not read must not become a request
         ok = FRONT is not None and FRONT.ready.is_set()
         if ok and FRONT is not None and self.path == "/stats":
             self._json(200, FRONT.snapshot())
@@ -243,8 +246,12 @@ class Handler(BaseHTTPRequestHandler):
         self._json(status, {"error": why})
 
     def do_POST(self) -> None:
-        raw = self.headers.get("Content-Length") or "0"
-        if not raw.isdigit():
+        lengths = self.headers.get_all("Content-Length") or ["0"]
+        raw = lengths[0]
+        if "Transfer-Encoding" in self.headers or len(lengths) > 1:
+            self._refuse(400, "bad request: one Content-Length, no Transfer-Encoding")
+            return
+        if not (raw.isascii() and raw.isdigit()):
             self._refuse(400, "bad request: Content-Length is not a number")
             return
         if int(raw) > MAX_BODY:
