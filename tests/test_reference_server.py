@@ -43,17 +43,24 @@ class Model:
         self.decodes += 1
 
 
-def wire(batch: int, gated: bool = True) -> tuple[server.Front, Model, threading.Thread]:
-    """An engine (in a thread) and its front end, joined by pipes as in the server."""
+def wire(
+    batch: int, gated: bool = True, queued: tuple[server.Job, ...] = ()
+) -> tuple[server.Front, Model, threading.Thread]:
+    """An engine (in a thread) and its front end, joined by pipes as in the server.
+
+    `queued` requests are submitted before the engine starts, so its first batch holds
+    them all: submitted after, the engine may start decoding the first alone."""
     req_r, req_w = mp.Pipe(duplex=False)
     ev_r, ev_w = mp.Pipe(duplex=False)
     model = Model(gated)
     ev_w.send("ready")
+    front = server.Front(req_w, ev_r)
+    assert front.ready.wait(5)
+    for job in queued:
+        front.submit(job)
     engine = server.Engine(model, batch, req_r, ev_w)
     t = threading.Thread(target=engine.run, daemon=True)
     t.start()
-    front = server.Front(req_w, ev_r)
-    assert front.ready.wait(5)
     return front, model, t
 
 
@@ -76,11 +83,9 @@ def drain(job: server.Job) -> list[dict[str, Any]]:
 
 
 def test_a_short_request_leaves_before_a_long_one_and_its_slot_is_reused() -> None:
-    front, m, _ = wire(batch=2)
     long, short, late = (server.Job("x" * 140, True), server.Job("", True), server.Job("", False))
     assert (long.frames, short.frames) == (86, 16)
-    front.submit(long)
-    front.submit(short)
+    front, m, _ = wire(batch=2, queued=(long, short))
     for _ in range(2):
         m.release.release()
     got = drain(short)  # out after its own 16 frames: two chunks, then the end
