@@ -21,7 +21,7 @@ from scipy import stats
 
 from evidence.asr import SEEDTTS, TRANSCRIBE_DIARIZE
 from evidence.load import LoadedRun, Source, common_scored
-from evidence.model import Finding, HistoryEntry, Severity
+from evidence.model import Finding, HistoryEntry, Severity, gpu_label
 from evidence.policy import Policy
 from evidence.records import FloatArray
 from evidence.table import requests_table
@@ -208,6 +208,19 @@ def _environment(src: Source) -> list[Finding]:
             else []
         )
     out: list[Finding] = []
+    ran_on = sorted({gpu_label(str(e["gpu_name"])) for e in (base, head) if e.get("gpu_name")})
+    if ran_on and ran_on != [src.gpu]:
+        out.append(
+            _f(
+                "environment-mismatch",
+                "error",
+                f"The bundle is labelled {src.gpu}, but its sides recorded "
+                f"{' and '.join(ran_on)}: its figures would be reported for a GPU they were "
+                "not measured on.",
+                src,
+                fields="gpu",
+            )
+        )
     # A key one side records and the other does not is a difference too: a fact that
     # could not be read on one side cannot show that the sides ran alike.
     hard = ("gpu_name", "gpu_count", "driver", "cuda", "image", "image_digest")
@@ -909,6 +922,34 @@ _LENGTHS = (
 )
 
 
+def _length_unreported(src: Source, ok: pd.DataFrame, col: str, what: str) -> list[Finding]:
+    """A length one side reports and the other does not, per configuration: the head
+    reports its own lengths (tokens come from its server), and one that reports none
+    would otherwise escape the check that it does not do less."""
+    by = [ok["mode"], ok["concurrency"], ok["side"]]
+    has = (ok[col] > 0).groupby(by, observed=True).any().unstack("side")
+    out: list[Finding] = []
+    for key, row in has.iterrows():
+        mode, conc = cast(tuple[str, int], key)
+        b, h = row.get("base"), row.get("head")
+        if b is None or h is None or pd.isna(b) or pd.isna(h) or bool(b) == bool(h):
+            continue  # a side with no successful request here, or both alike
+        quiet = "head" if b else "base"
+        out.append(
+            _f(
+                "output-length-unreported",
+                "error",
+                f"{_cfg(mode, conc)}: {quiet} reports no {what} where "
+                f"{'base' if quiet == 'head' else 'head'} does, so whether the head "
+                "produces as much output cannot be checked.",
+                src,
+                measure=col,
+                side=quiet,
+            )
+        )
+    return out
+
+
 def _length_shift(src: Source, policy: Policy, table: pd.DataFrame) -> list[Finding]:
     """Per sample id, head's output length against base's, each averaged over rounds."""
     out: list[Finding] = []
@@ -923,6 +964,7 @@ def _length_shift(src: Source, policy: Policy, table: pd.DataFrame) -> list[Find
     at = {i: k for k, i in enumerate(sorted(set(rid)))}
     ok["request_id"] = np.fromiter(map(at.__getitem__, rid), dtype=np.intp, count=len(rid))
     for col, what in _LENGTHS:
+        out += _length_unreported(src, ok, col, what)
         sel = ok[ok[col] > 0]
         if sel.empty:
             continue
@@ -979,6 +1021,24 @@ def _accuracy_coverage(src: Source, policy: Policy) -> list[Finding]:
     for (mode, conc), runs in _configs(src).items():
         sel = [lr for lr in runs if lr.wer is not None and lr.run.status == "ok"]
         if not sel:
+            continue
+        sides = {lr.run.side for lr in sel}
+        if len(sides) == 1:
+            # Without it the accuracy guard has nothing to compare: a head whose accuracy
+            # run failed, or that wrote no accuracy file, must not pass as accurate.
+            (has,) = sides
+            lacks = "head" if has == "base" else "base"
+            out.append(
+                _f(
+                    "accuracy-missing",
+                    "error",
+                    f"{_cfg(mode, conc)}: {has} has accuracy outputs but {lacks} has none "
+                    "from a run that finished, so the accuracy guard cannot compare them.",
+                    src,
+                    [lr.run.id for lr in runs if lr.run.side == lacks],
+                    side=lacks,
+                )
+            )
             continue
         covered: dict[str, set[str]] = {"base": set(), "head": set()}
         for side in ("base", "head"):

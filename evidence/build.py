@@ -102,7 +102,10 @@ def build(inputs: Inputs) -> tuple[Evidence, list[Source]]:
             verdict=v,
             reason=why,
             headline=headline(rows, src.gpu),
-            claim_status=claim_gpu.status if claim else "none",
+            # A claim that names another GPU has no status here.
+            claim_status=claim_gpu.status
+            if claim and (claim.gpu is None or claim.gpu == src.gpu)
+            else "none",
             fingerprint=src.manifest.environment,
             startup_s=_side_means(src, "startup_s"),
             peak_vram_mib=_side_means(src, "peak_vram_mib"),

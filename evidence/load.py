@@ -35,7 +35,7 @@ from evidence.limits import (
     check_number,
     check_server,
 )
-from evidence.model import Commit, Finding, Manifest, Run
+from evidence.model import Commit, Finding, Manifest, Run, gpu_label
 from evidence.records import (
     BeyondBounds,
     RecordError,
@@ -77,12 +77,6 @@ class Source:
     @property
     def per_request(self) -> bool:
         return self.kind == "bundle"
-
-
-def gpu_label(name: str) -> str:
-    """`NVIDIA H200` → `H200`; other names are kept as given."""
-    m = re.search(r"\b([A-Z]\d{2,4}[A-Z]?)\b", name.upper())
-    return m.group(1) if m else name
 
 
 def format_validation(exc: ValidationError) -> str:

@@ -7,9 +7,12 @@ The output (`Evidence`) is what the App publishes and what `evidence.json` holds
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from evidence.metrics import BY_NAME, canonical
 
 Side = Literal["base", "head"]
 Mode = Literal["streaming", "non-streaming", "unspecified"]
@@ -22,6 +25,12 @@ Severity = Literal["error", "warning", "info"]
 ClaimStatus = Literal["confirmed", "weakened", "not-reproduced", "inconclusive", "none"]
 
 SCHEMA = "rsi-evidence/1"
+
+
+def gpu_label(name: str) -> str:
+    """`NVIDIA H200` or `h200` → `H200`; other names are kept as given."""
+    m = re.search(r"\b([A-Z]\d{2,4}[A-Z]?)\b", name.upper())
+    return m.group(1) if m else name
 
 
 class _Open(BaseModel):
@@ -129,16 +138,77 @@ class Manifest(_Open):
     adaptive: Adaptive | None = None
     gpu_minutes: GpuMinutes | None = None
 
+    # The engine reads these few fields of the open records above; a bundle where they
+    # have another shape is refused with the field named, never a crash later on.
+    @field_validator("environment")
+    @classmethod
+    def _packages_by_name(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for side, env in v.items():
+            pk = env.get("packages")
+            if pk is not None and not (
+                isinstance(pk, dict) and all(isinstance(x, str | None) for x in pk.values())
+            ):
+                raise ValueError(f"{side}.packages must map package names to versions")
+        return v
+
+    @field_validator("runner")
+    @classmethod
+    def _runner_name(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is not None and not isinstance(v.get("name"), str | None):
+            raise ValueError("runner.name must be a string")
+        return v
+
+    @field_validator("benchmark_tree")
+    @classmethod
+    def _changed_files(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        changed = (v or {}).get("changed_by_head")
+        if changed is not None and not (
+            isinstance(changed, list) and all(isinstance(x, str) for x in changed)
+        ):
+            raise ValueError("benchmark_tree.changed_by_head must be a list of paths")
+        return v
+
 
 # ------------------------------------------------------------------- candidate (intake)
 
 
 class ClaimSpec(_Open):
+    """What the candidate says it gains. `delta_pct` is the signed change of the metric,
+    so a gain in a figure where lower is better (latency, WER) is negative."""
+
     metric: str
     mode: Mode = "unspecified"
     gpu: str | None = None
     concurrency: int | None = None
     delta_pct: float
+
+    @field_validator("metric")
+    @classmethod
+    def _known_metric(cls, v: str) -> str:
+        if canonical(v) not in BY_NAME:
+            raise ValueError(f"unknown metric; one of {', '.join(BY_NAME)}")
+        return v
+
+    @field_validator("gpu")
+    @classmethod
+    def _gpu_label(cls, v: str | None) -> str | None:
+        return None if v is None else gpu_label(v)
+
+    @model_validator(mode="after")
+    def _a_gain(self) -> ClaimSpec:
+        m = BY_NAME[canonical(self.metric)]
+        gain = self.delta_pct > 0 if m.better == "higher" else self.delta_pct < 0
+        if not gain:
+            way = (
+                "rises, so its gain is positive"
+                if m.better == "higher"
+                else ("falls, so its gain is negative")
+            )
+            raise ValueError(
+                f"delta_pct {self.delta_pct:+g} is not a gain: a claim gives the signed change "
+                f"and {m.label} improves when it {way}"
+            )
+        return self
 
 
 class HeadRef(_Open):
@@ -192,6 +262,15 @@ class Candidate(_Open):
     caveats: list[str] = Field(default_factory=list)
     harness: Harness | None = None
     pull_request: int | None = None
+
+    @model_validator(mode="after")
+    def _claim_on_a_listed_gpu(self) -> Candidate:
+        gpus = {gpu_label(g) for g in self.gpus}
+        if self.claim and self.claim.gpu and gpus and self.claim.gpu not in gpus:
+            raise ValueError(
+                f"claim.gpu {self.claim.gpu} is not among gpus ({', '.join(sorted(gpus))})"
+            )
+        return self
 
 
 # --------------------------------------------------------------------- side inputs

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import json
 import operator
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -128,7 +129,12 @@ def _floats(values: Sequence[Any], name: str) -> FloatArray:
     elif types == {_NONE}:  # a field this benchmark does not report
         out = np.full(len(values), np.nan)
     else:
-        out = np.array(values, dtype=np.float64)  # None -> NaN
+        try:
+            out = np.array(values, dtype=np.float64)  # None -> NaN
+        except OverflowError:  # an integer of hundreds of digits
+            raise BeyondBounds(
+                f"field {name!r} holds a number too large for a measurement", name
+            ) from None
     # A NaN or Infinity literal (the standard library reads them) is no measurement;
     # null is "not reported" and stays NaN.
     nones = 0 if _NONE not in types else len(values) if types == {_NONE} else values.count(None)
@@ -165,11 +171,29 @@ def _loads(data: bytes) -> Any:
         if "depth" in str(exc) or "recursion" in str(exc):
             raise BeyondBounds(f"JSON nested deeper than {JSON_DEPTH} levels") from None
         try:
-            return json.loads(data)
+            doc = json.loads(data)
         except RecursionError:
             raise BeyondBounds(f"JSON nested deeper than {JSON_DEPTH} levels") from None
         except ValueError:  # JSONDecodeError, or bytes that are not UTF-8/16/32
             raise exc from None
+        # The standard library keeps an escaped lone surrogate ("\\ud800"), which no
+        # output can encode: it becomes U+FFFD, as undecodable bytes would.
+        return _whole_text(doc) if _SURROGATE_ESCAPE.search(data) else doc
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _whole_text(x: Any) -> Any:
+    """`x` with every lone surrogate in its strings (keys too) replaced by U+FFFD."""
+    if isinstance(x, str):
+        return _SURROGATE.sub("\ufffd", x)
+    if isinstance(x, list):
+        return [_whole_text(v) for v in x]
+    if isinstance(x, dict):
+        return {_whole_text(k): _whole_text(v) for k, v in x.items()}
+    return x
 
 
 def _ragged(lists: list[Any], name: str) -> tuple[FloatArray, npt.NDArray[np.intp]]:

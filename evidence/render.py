@@ -100,6 +100,7 @@ def _env() -> Environment:
             "plain": inert.plain,
             "short": short_sha,
             "badge": badge,
+            "claim_cell": claim_cell,
             "metric_label": metric_label,
             "headline": headline_text,
             "row_delta": _safe(row_delta),
@@ -270,6 +271,11 @@ def badge(word: str) -> str:
     return word.upper()
 
 
+def claim_cell(status: str) -> str:
+    """A GPU's claim status in a table: a dash where no claim was made on that GPU."""
+    return "—" if status == "none" else status
+
+
 def one_line(text: object) -> str:
     """Free text on one line, made inert for Markdown (`inert.text`)."""
     return str(inert.text(text))
@@ -315,17 +321,22 @@ def short_list(items: list[str], n: int = ITEMS_SHOWN) -> str:
 
 
 def row_delta(r: StudyRow) -> str:
-    """Relative change when there is one; an absolute change for rates with a zero base."""
-    if r.delta_pct is not None:
-        return fmt_pct(r.delta_pct)
-    return fmt_signed(r.delta_abs, r.unit)
+    """The change in the terms that decide the row: a rate judged against an absolute
+    threshold (WER, failures) shows its absolute change, the relative one beside it;
+    other figures their relative change."""
+    if r.delta_abs is not None and (r.threshold_abs is not None or r.delta_pct is None):
+        rel = f" ({fmt_pct(r.delta_pct)})" if r.delta_pct is not None else ""
+        return fmt_signed(r.delta_abs, r.unit) + rel
+    return fmt_pct(r.delta_pct)
 
 
 def row_ci(r: StudyRow) -> str:
+    """The 95% interval in the same terms as `row_delta`."""
+    absolute = r.ci_low_abs is not None and r.ci_high_abs is not None
+    if absolute and (r.threshold_abs is not None or r.ci_low_pct is None):
+        return f"[{fmt_signed(r.ci_low_abs, r.unit)}, {fmt_signed(r.ci_high_abs, r.unit)}]"
     if r.ci_low_pct is not None and r.ci_high_pct is not None:
         return fmt_interval(r.ci_low_pct, r.ci_high_pct)
-    if r.ci_low_abs is not None and r.ci_high_abs is not None:
-        return f"[{fmt_signed(r.ci_low_abs, r.unit)}, {fmt_signed(r.ci_high_abs, r.unit)}]"
     return "n/a"
 
 

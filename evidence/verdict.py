@@ -28,7 +28,8 @@ def decide(rows: list[StudyRow], findings: list[Finding]) -> tuple[Overall, str]
         return "invalid", f"the raw-record audit found errors ({', '.join(codes)})"
     reg = [r for r in rows if r.primary and r.verdict == "regressed"]
     if reg:
-        return "regressed", f"{_where(reg[0])}: {r_label(reg[0])} regressed"
+        r = _most_evidence(reg)
+        return "regressed", f"{_where(r)}: {r_label(r)} regressed {r.delta_pct:+.1f}%"
     guards = [r for r in rows if r.guard_failed]
     if guards:
         g = guards[0]
@@ -38,7 +39,9 @@ def decide(rows: list[StudyRow], findings: list[Finding]) -> tuple[Overall, str]
         )
     imp = [r for r in rows if r.primary and r.verdict == "improved"]
     if imp:
-        best = max(imp, key=lambda r: abs(r.delta_pct or 0))
+        # The row with the most evidence, as the headline: not the largest point
+        # estimate, which is usually the noisiest setting's.
+        best = _most_evidence(imp)
         return "improved", f"{_where(best)}: {r_label(best)} {best.delta_pct:+.1f}%"
     prim = [r for r in rows if r.primary]
     if not prim:
@@ -46,8 +49,9 @@ def decide(rows: list[StudyRow], findings: list[Finding]) -> tuple[Overall, str]
     wide = [r for r in prim if r.verdict != "no-change"]
     if wide:
         r = _most_evidence(wide)
-        mde = [x.mde_pct for x in wide if x.mde_pct is not None]
-        tail = f"; the run could have detected about ±{min(mde):.1f}%" if mde else ""
+        # What this row could have detected: the least sensitive row's figure would
+        # overstate what the run can tell, and another row's would not be this one's.
+        tail = f"; the run could have detected about ±{r.mde_pct:.1f}%" if r.mde_pct else ""
         n = f" (and {len(wide) - 1} more primary figure{'s' if len(wide) > 2 else ''})"
         return "inconclusive", (
             f"{_where(r)}: {r_label(r)} {fmt_change(r)} is too wide to tell a change of "
@@ -184,8 +188,16 @@ def judge_claim(rows: list[StudyRow], claim: ClaimSpec | None, measured: bool) -
         and r.primary
         and (claim.concurrency is None or r.concurrency == claim.concurrency)
     ]
-    on_gpu = [r for r in sel if claim.gpu and r.gpu == claim.gpu]
-    sel = on_gpu or sel
+    if claim.gpu:
+        # Judged on the GPU it names: another GPU's figure neither holds nor weakens it.
+        sel = [r for r in sel if r.gpu == claim.gpu]
+        if not sel:
+            at = f" at c={claim.concurrency}" if claim.concurrency is not None else ""
+            base.message = (
+                f"The claim of {label} {claim.delta_pct:+.1f}% ({claim.mode}) on "
+                f"{claim.gpu}{at} is not reproduced: this verification did not measure it there."
+            )
+            return base
     base.rows = [
         ClaimRowResult(
             gpu=r.gpu,
@@ -205,10 +217,8 @@ def judge_claim(rows: list[StudyRow], claim: ClaimSpec | None, measured: bool) -
     elif "inconclusive" in statuses:
         base.status = "inconclusive"
     measured_on = sorted({r.gpu for r in sel})
-    if on_gpu:
+    if claim.gpu:
         where = f" on {claim.gpu}"
-    elif claim.gpu:
-        where = f" (claimed on {claim.gpu}, measured on {', '.join(measured_on)})"
     else:
         where = f" on {measured_on[0]}" if len(measured_on) == 1 else ""
     one_gpu = len(measured_on) == 1

@@ -224,11 +224,42 @@ def side(
         doc = json.loads(r.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         return {"python": None, "packages": {}, "imports": {}, "error": "unreadable probe output"}
+    if not _probe_shape(doc, packages, mods):
+        # The side's interpreter answers (a json.py or sitecustomize in its worktree can
+        # make it say anything): only the shape asked for is kept.
+        return {"python": None, "packages": {}, "imports": {}, "error": "malformed probe output"}
     return {
         "python": doc.get("python"),
         "packages": doc.get("packages") or {},
         "imports": doc.get("imports") or {},
     }
+
+
+def _text(x: object, most: int = 4096) -> bool:
+    """A string that any writer can encode (no lone surrogates) and of sane length."""
+    if not isinstance(x, str) or len(x) > most:
+        return False
+    try:
+        x.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _probe_shape(doc: object, packages: tuple[str, ...], mods: list[str]) -> bool:
+    """The probe's answer as `_PROBE` writes it: versions of the packages asked for and
+    where the worktree's modules import from, all strings."""
+    if not isinstance(doc, dict):
+        return False
+    pk, imports = doc.get("packages") or {}, doc.get("imports") or {}
+    return (
+        (doc.get("python") is None or _text(doc["python"], 64))
+        and (doc.get("implementation") is None or _text(doc["implementation"], 64))
+        and isinstance(pk, dict)
+        and all(k in packages and _text(v, 128) for k, v in pk.items())
+        and isinstance(imports, dict)
+        and all(k in mods and (v is None or _text(v)) for k, v in imports.items())
+    )
 
 
 def outside(worktree: Path, imports: Mapping[str, str | None]) -> dict[str, str]:

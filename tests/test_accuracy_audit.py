@@ -14,7 +14,7 @@ import orjson
 from evidence.build import Inputs, build
 from evidence.model import Evidence, Finding
 from evidence.policy import Policy
-from tests.bundles import clean_bundle, manifest, run_ids
+from tests.bundles import clean_bundle, edit_manifest, manifest, run_ids
 
 Row = dict[str, Any]
 
@@ -159,3 +159,28 @@ def test_accuracy_outputs_of_other_samples_are_an_error(tmp_path: Path) -> None:
     assert f.numbers == {"only_base": 0, "only_head": 1}
     assert "not-a-sample-of-this-run" in f.samples
     assert ev.verdict == "invalid"
+
+
+def test_a_side_with_no_accuracy_outputs_is_an_error_not_a_pass(tmp_path: Path) -> None:
+    """A head whose accuracy run crashed, or that wrote no accuracy file, left the
+    accuracy guard nothing to compare: before, a WER rise went unseen that way."""
+    honest = clean_bundle(tmp_path / "honest", speedup=0.05)
+    assert found(evidence(honest), "accuracy-missing") == []
+    for how in ("no file", "run failed"):
+        b = clean_bundle(tmp_path / how, speedup=0.05)
+        head = set(run_ids(b, "head", "non-streaming"))
+
+        def lose(doc: dict[str, Any], how: str = how, head: set[str] = head) -> None:
+            for r in doc["runs"]:
+                if r["id"] in head and how == "no file":
+                    r["files"].pop("wer")
+                elif r["id"] in head:
+                    r["status"] = "failed"
+
+        edit_manifest(b, lose)
+        ev = evidence(b)
+        (f,) = found(ev, "accuracy-missing")
+        assert f.severity == "error"
+        assert f.message.startswith("non-streaming c=8: base has accuracy outputs but head")
+        assert set(f.runs) == head
+        assert ev.verdict == "invalid"

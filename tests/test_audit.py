@@ -246,6 +246,29 @@ def test_output_length_shift(tmp_path: Path) -> None:
     assert -17 < shift["shift_pct"] < -13
 
 
+def test_lengths_the_head_stops_reporting_are_an_error_not_a_skipped_check(
+    tmp_path: Path,
+) -> None:
+    """Audio 15% shorter, and the head reports its lengths as null: before, the length
+    check had nothing to compare and the study came out improved."""
+    path = clean_bundle(tmp_path / "b", head_audio_scale=0.85)
+
+    def hide(rows: list[dict[str, Any]], run: dict[str, Any]) -> None:
+        for r in rows:
+            r.update(audio_duration_s=None, completion_tokens=None, audio_chunk_count=None)
+
+    for rid in run_ids(path, "head"):
+        edit_run(path, rid, hide, resummarize=False)
+    fs = findings(path)
+    hidden = [f for f in fs if f.code == "output-length-unreported"]
+    assert {f.severity for f in hidden} == {"error"}
+    assert {f.numbers["measure"] for f in hidden} >= {"audio_duration_s"}
+    assert any(
+        f.message.startswith("streaming c=8: head reports no audio seconds where base does")
+        for f in hidden
+    )
+
+
 def test_accuracy_regression(tmp_path: Path) -> None:
     fs = findings(clean_bundle(tmp_path / "b", head_wer_add=0.03))
     assert codes(fs) == {("accuracy-regression", "error")}

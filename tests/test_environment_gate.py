@@ -53,6 +53,21 @@ def test_a_driver_missing_on_one_side_and_another_digest_are_errors(tmp_path: Pa
     assert ev.verdict == "invalid"
 
 
+def test_a_bundle_labelled_for_another_gpu_than_it_ran_on_is_an_error(tmp_path: Path) -> None:
+    """The label decides which GPU the figures are reported for: an H200 bundle that
+    calls itself H100 would put H200 figures under an H100 claim."""
+    b = clean_bundle(tmp_path / "b", gpu="H200", speedup=0.15)
+    edit_manifest(b, lambda d: d.update(gpu="H100"))
+    ev = evidence(b)
+    (f,) = [f for f in env_findings(ev) if f.severity == "error"]
+    assert f.message.startswith("The bundle is labelled H100, but its sides recorded H200")
+    assert ev.verdict == "invalid"
+    ok = clean_bundle(tmp_path / "ok", gpu="H200", speedup=0.15)
+    edit_manifest(ok, lambda d: d["environment"]["base"].update(gpu_name="NVIDIA H200 141GB"))
+    edit_manifest(ok, lambda d: d["environment"]["head"].update(gpu_name="NVIDIA H200 141GB"))
+    assert env_findings(evidence(ok)) == []
+
+
 def test_an_image_recorded_on_one_side_only_is_an_error(tmp_path: Path) -> None:
     b = clean_bundle(tmp_path / "b")
     edit_manifest(b, lambda d: d["environment"]["base"].update(image=None))

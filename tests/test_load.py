@@ -6,6 +6,7 @@ import shutil
 import tarfile
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -95,6 +96,32 @@ def test_manifest_with_wrong_schema_names_the_field(bundle: Path) -> None:
 def test_manifest_with_a_bad_run_names_it(bundle: Path) -> None:
     edit_manifest(bundle, lambda d: d["runs"][3].update(side="candidate"))
     with pytest.raises(InputError, match=r"runs\.3\.side"):
+        load(bundle)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        ("packages", ["torch==2.11.0"], r"environment: .*head\.packages must map"),
+        ("changed_by_head", 3, r"benchmark_tree: .*changed_by_head must be a list"),
+        ("runner", {"name": {"x": 1}}, r"runner: .*runner\.name must be a string"),
+    ],
+)
+def test_fields_the_engine_reads_in_another_shape_are_refused(
+    bundle: Path, field: str, value: object, says: str
+) -> None:
+    """The head's own interpreter reports the packages; a list there crashed the audit."""
+
+    def plant(d: dict[str, Any]) -> None:
+        if field == "packages":
+            d["environment"]["head"]["packages"] = value
+        elif field == "changed_by_head":
+            d["benchmark_tree"] = {"changed_by_head": value}
+        else:
+            d["runner"] = value
+
+    edit_manifest(bundle, plant)
+    with pytest.raises(InputError, match=says):
         load(bundle)
 
 

@@ -203,6 +203,24 @@ def test_omni_non_number_names_the_field(bad: object) -> None:
         parse_speed(_dumps(doc))
 
 
+def test_omni_integer_too_large_for_a_float_names_the_field() -> None:
+    """Python's json reads a 401-digit integer; NumPy cannot hold it: a clear error, not
+    an OverflowError traceback."""
+    doc = _omni_doc()
+    doc["per_request"][1]["latency_s"] = 10**400
+    with pytest.raises(RecordError, match="'latency_s' holds a number too large"):
+        parse_speed(_dumps(doc))
+
+
+def test_a_lone_surrogate_in_an_error_text_becomes_a_replacement_character() -> None:
+    """The standard library reads "\\ud800", which no JSON or UTF-8 writer can write
+    back: the text is kept, with U+FFFD where the surrogate was."""
+    doc = _omni_doc()
+    data = _dumps(doc).replace(b"CUDA out of memory", b"\\ud800 boom \\ud83d\\ude00", 1)
+    rec = parse_speed(data)
+    assert rec.errors["en_003"] == "HTTP 500: \ufffd boom \U0001f600"
+
+
 def test_omni_non_number_among_gaps_names_the_field() -> None:
     doc = _omni_doc()
     doc["per_request"][0]["inter_chunk_s"] = [0.08, "0.12"]

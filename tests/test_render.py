@@ -26,6 +26,7 @@ from evidence.model import (
     Finding,
     Plot,
     Severity,
+    StudyRow,
 )
 from evidence.render import (
     COMMENT_MARKER,
@@ -36,6 +37,8 @@ from evidence.render import (
     render_pr_section,
     render_report,
     replace_pr_section,
+    row_ci,
+    row_delta,
 )
 from evidence.synth import BASE_SHA, HEAD_SHA, SynthSpec, write_bundle
 
@@ -533,3 +536,32 @@ def test_formatting() -> None:
     assert render.fmt_signed(-0.00098, "") == "-0.000980"
     assert render.fence("a ``` b") == "````"
     assert render.md_cell("a | b\nc") == "a &#124; b c"
+
+
+def test_a_rate_judged_by_an_absolute_threshold_shows_its_absolute_change() -> None:
+    """WER +11.5% [+0.3%, +22.7%] beside "±0.01 abs." and "no-change" read as a
+    contradiction: the row shows the difference its threshold judges."""
+    wer = StudyRow(
+        gpu="H100",
+        mode="non-streaming",
+        concurrency=16,
+        metric="wer_mean",
+        label="WER",
+        unit="",
+        better="lower",
+        base=0.0124,
+        head=0.0138,
+        n_base=5,
+        n_head=5,
+        delta_pct=11.5,
+        ci_low_pct=0.3,
+        ci_high_pct=22.7,
+        delta_abs=0.00143,
+        ci_low_abs=0.00003,
+        ci_high_abs=0.0025,
+        verdict="no-change",
+        threshold_abs=0.01,
+    )
+    assert (row_delta(wer), row_ci(wer)) == ("+0.00143 (+11.5%)", "[+0.0000300, +0.00250]")
+    speed = wer.model_copy(update={"threshold_abs": None, "threshold_pct": 3.0})
+    assert (row_delta(speed), row_ci(speed)) == ("+11.5%", "[+0.3%, +22.7%]")

@@ -336,3 +336,29 @@ def test_scrub_env_withholds_credentials() -> None:
     assert dropped == sorted(
         ["GITHUB_TOKEN", "ACTIONS_ID_TOKEN_REQUEST_URL", "AWS_SECRET_ACCESS_KEY", "MY_API_KEY"]
     )
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        '{"python": "3.11.7", "packages": ["torch==2.11.0"], "imports": {}}',
+        '{"python": "3.11.7", "packages": {"torch": "\\ud800"}, "imports": {}}',
+        '{"python": "3.11.7", "packages": {"not-asked": "1.0"}, "imports": {}}',
+        '{"python": {"x": 1}, "packages": {}, "imports": {}}',
+        '["3.11.7"]',
+    ],
+)
+def test_a_probe_answer_of_another_shape_is_not_kept(tmp_path: Path, answer: str) -> None:
+    """The side's interpreter answers the probe, and a json.py in the head's worktree
+    can make it answer anything: a list of packages crashed the evidence engine, a lone
+    surrogate the runner's own manifest writer."""
+    fake = tmp_path / "python"
+    fake.write_text(f"#!/bin/sh\necho '{answer}'\n")
+    fake.chmod(0o755)
+    fp = fingerprint.side(str(fake), tmp_path, dict(os.environ), packages=("torch",))
+    assert fp == {
+        "python": None,
+        "packages": {},
+        "imports": {},
+        "error": "malformed probe output",
+    }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -490,3 +491,92 @@ def test_an_invalid_study_reproduces_no_claim(tmp_path: Path) -> None:
     assert ev.claim.status == "not-reproduced"
     assert ev.gpus["H200"].claim_status == "not-reproduced"
     assert "For reference only: The claim of throughput +20.0%" in ev.claim.message
+
+
+def test_the_verdict_names_the_improved_row_with_the_most_evidence() -> None:
+    """Not the largest point estimate: that is usually the noisiest setting's."""
+    noisy = _row(mode="non-streaming", delta_pct=21.4, ci_low_pct=3.5, ci_high_pct=39.3)
+    steady = _row(delta_pct=9.5, ci_low_pct=6.0, ci_high_pct=13.0)
+    verdict, reason = decide([noisy, steady], [])
+    assert (verdict, reason) == ("improved", "H200 streaming c=16: throughput +9.5%")
+    worse = [
+        _row(verdict="regressed", delta_pct=-30.0, ci_low_pct=-55.0, ci_high_pct=-5.0),
+        _row(
+            mode="non-streaming",
+            verdict="regressed",
+            delta_pct=-8.0,
+            ci_low_pct=-10.0,
+            ci_high_pct=-6.0,
+        ),
+    ]
+    assert decide(worse, [])[1] == "H200 non-streaming c=16: throughput regressed -8.0%"
+
+
+def test_an_inconclusive_verdict_gives_its_own_rows_detectable_change() -> None:
+    """The run could detect what the named row could, not what the most sensitive row
+    could: that would overstate it."""
+    wide = _row(
+        verdict="inconclusive",
+        delta_pct=1.0,
+        ci_low_pct=-11.0,
+        ci_high_pct=13.0,
+        mde_pct=11.5,
+        n_base=9,
+        n_head=9,
+    )
+    wider = _row(
+        concurrency=64,
+        verdict="inconclusive",
+        delta_pct=2.0,
+        ci_low_pct=-30.0,
+        ci_high_pct=34.0,
+        mde_pct=4.0,
+    )
+    reason = decide([wide, wider], [])[1]
+    assert reason.startswith("H200 streaming c=16: throughput +1.0% [-11.0%, +13.0%]")
+    assert reason.endswith("the run could have detected about ±11.5%")
+
+
+@pytest.mark.parametrize("spelt", ["h200", "NVIDIA H200", "H200"])
+def test_a_claim_names_its_gpu_any_common_way(spelt: str) -> None:
+    claim = ClaimSpec(metric="throughput_qps", mode="streaming", gpu=spelt, delta_pct=10.0)
+    assert claim.gpu == "H200"
+    assert judge_claim([_row()], claim, measured=True).status == "confirmed"
+
+
+@pytest.mark.parametrize(
+    ("claim", "says"),
+    [
+        ({"metric": "bogus", "delta_pct": 5.0}, "unknown metric; one of throughput_qps"),
+        ({"metric": "latency_p95_s", "delta_pct": 10.0}, "latency p95 improves when it falls"),
+        ({"metric": "throughput_qps", "delta_pct": -5.0}, "throughput improves when it rises"),
+        ({"metric": "wer", "delta_pct": 0.0}, "delta_pct +0 is not a gain"),
+    ],
+)
+def test_a_claim_that_cannot_be_judged_is_refused_saying_why(
+    claim: dict[str, Any], says: str
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(says)):
+        ClaimSpec.model_validate(claim)
+
+
+def test_a_claim_on_a_gpu_the_candidate_does_not_list_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"claim.gpu B200 is not among gpus \(H100, H200\)"):
+        candidate(metric="throughput_qps", mode="streaming", gpu="b200", delta_pct=10.0)
+
+
+def test_a_claim_is_judged_on_the_gpu_it_names_only(tmp_path: Path) -> None:
+    h100 = clean_bundle(tmp_path / "a", gpu="H100", speedup=0.15)
+    h200 = clean_bundle(tmp_path / "b", gpu="H200", speedup=0.02, seed=4, round_cv=0.003)
+    cand = candidate(metric="throughput_qps", mode="streaming", gpu="h100", delta_pct=15.0)
+    ev, _ = build(Inputs(bundles=[h100, h200], candidate=cand))
+    assert ev.claim.status == "confirmed"
+    assert {c.gpu for c in ev.claim.rows} == {"H100"}
+    assert ev.gpus["H100"].claim_status == "confirmed"
+    assert ev.gpus["H200"].claim_status == "none"  # claimed elsewhere: no status here
+    only_h200, _ = build(Inputs(bundles=[h200], candidate=cand))
+    assert only_h200.claim.status == "not-reproduced"
+    assert only_h200.claim.message == (
+        "The claim of throughput +15.0% (streaming) on H100 is not reproduced: this "
+        "verification did not measure it there."
+    )
