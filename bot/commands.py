@@ -29,23 +29,38 @@ class Command:
     sha: str | None = None  # `/rsi reverify <sha>`: exactly this commit (a prefix of it)
 
 
+def _indent(raw: str) -> int:
+    """Leading columns of white space, a tab to the next multiple of four."""
+    n = 0
+    for ch in raw:
+        if ch == " ":
+            n += 1
+        elif ch == "\t":
+            n += 4 - n % 4
+        else:
+            break
+    return n
+
+
 def _command_line(text: str) -> str | None:
     fence: str | None = None  # the open fence's characters (closed by as many or more)
     hidden: str | None = None  # the end of an open HTML comment or <pre> block
     quoted = False  # the previous line was in a quote: a lazy continuation stays in it
     for raw in text.splitlines():
         line = raw.strip()
+        # Indented four columns or more, a fence line is code, not a fence (CommonMark).
+        fence_line = _indent(raw) < 4
         if fence is not None:
             # A closing fence is the fence character alone, at least as long (no info).
-            if re.fullmatch(rf"{re.escape(fence[0])}{{{len(fence)},}}", line):
+            if fence_line and re.fullmatch(rf"{re.escape(fence[0])}{{{len(fence)},}}", line):
                 fence = None
             continue
         if hidden is not None:
             if hidden in line.lower():
                 hidden = None
             continue
-        m = _FENCE.match(line)
-        if m:
+        m = _FENCE.match(line) if fence_line else None
+        if m and not (m.group(1)[0] == "`" and "`" in line[m.end() :]):  # not inline code
             fence, quoted = m.group(1), False
             continue
         low = line.lower()

@@ -211,10 +211,24 @@ class ClaimSpec(_Open):
         return self
 
 
+_BAD_REF = re.compile(r"[\x01-\x20\x7f~^:?*\[\\]|\.\.|@\{|//|/\.|\.lock(/|$)|^[-/.]|[/.]$")
+
+
 class HeadRef(_Open):
-    repo: str
-    ref: str
-    sha: str
+    """Where the head lives: checked as strictly as git and GitHub would, since each
+    part ends up in a git command or an API path."""
+
+    # Lengths and NUL characters are the intake's bounds (docs/bounds.md).
+    repo: str = Field(pattern=r"^[\w.-]+/[\w.-]+$")
+    ref: str = Field(min_length=1)
+    sha: str = Field(pattern=r"^[0-9a-f]{7,}$")
+
+    @field_validator("ref")
+    @classmethod
+    def _branch_name(cls, v: str) -> str:
+        if v == "@" or _BAD_REF.search(v):
+            raise ValueError("not a branch name git accepts (git check-ref-format)")
+        return v
 
 
 class TrajectoryPoint(_Open):

@@ -4,6 +4,7 @@ not count as a command."""
 from __future__ import annotations
 
 import pytest
+from markdown_it import MarkdownIt
 
 from bot.commands import Command, parse
 
@@ -90,6 +91,37 @@ def test_the_first_command_counts() -> None:
 
 def test_a_command_after_a_closed_fence_counts() -> None:
     assert parse("```\nlog\n```\n/rsi cancel") == Command("cancel")
+
+
+FENCES = [
+    "```\n    ```\n/rsi reverify all rounds=10\n```",  # indented 4: code, closes nothing
+    "```\n\t```\n/rsi reverify\n```",
+    "   ```\n/rsi reverify\n   ```",  # indented 3: a fence
+    "```\nlog\n   ```\n/rsi cancel",  # closed by a fence indented 3
+    "    ```\n/rsi cancel",  # an indented code block, then the command
+    "``` a`b\n/rsi cancel",  # a backtick in the info string: inline code, not a fence
+    "~~~ a`b\n/rsi reverify\n~~~",  # tildes may have one
+    "Text\n```\n/rsi reverify\n```",  # a fence interrupts a paragraph
+]
+
+
+def _shown_as_command(text: str) -> bool:
+    """What CommonMark (GitHub's Markdown) shows: a paragraph line outside any quote that
+    starts with /rsi."""
+    depth = 0
+    for tok in MarkdownIt("commonmark").parse(text):
+        depth += {"blockquote_open": 1, "blockquote_close": -1}.get(tok.type, 0)
+        lines = tok.content.splitlines() if tok.type == "inline" and depth == 0 else []
+        if any(ln.startswith("/rsi") for ln in lines):
+            return True
+    return False
+
+
+@pytest.mark.parametrize("text", FENCES)
+def test_fences_and_indents_are_read_as_commonmark_reads_them(text: str) -> None:
+    """Before, an indented fence-like line closed a fence, so a command GitHub shows
+    inside a code block was acted on."""
+    assert (parse(text) is not None) == _shown_as_command(text)
 
 
 def test_reverify_rounds_auto() -> None:

@@ -60,3 +60,29 @@ def test_a_value_no_column_holds_is_a_422(
     body = appkit.dumps(fits)
     ok = w.client.post("/api/v1/candidates", data=body, headers=appkit.intake_headers(body, "d-ok"))
     assert ok.status_code == 202, ok.get_data(as_text=True)
+
+
+@pytest.mark.parametrize(
+    ("head", "field"),
+    [
+        (_head(sha="not-a-sha"), "head.sha"),
+        (_head(sha="../../../orgs/x?y="), "head.sha"),
+        (_head(repo="not a repo!!"), "head.repo"),
+        (_head(ref="--upload-pack=x"), "head.ref"),
+        (_head(ref="rsi/a..b"), "head.ref"),
+        (_head(ref="rsi/x y"), "head.ref"),
+    ],
+)
+def test_a_head_git_or_github_would_not_take_is_a_422(
+    w: World, head: dict[str, str], field: str
+) -> None:
+    """Each part of the head ends up in a git command or an API path: before, all of
+    these were stored and one reached dispatch."""
+    body = appkit.dumps(appkit.candidate(head=head))
+    resp = w.client.post(
+        "/api/v1/candidates", data=body, headers=appkit.intake_headers(body, "d-head")
+    )
+    assert resp.status_code == 422, resp.get_data(as_text=True)
+    assert [e["field"] for e in resp.get_json()["errors"]] == [field]
+    with w.svc.db.session() as s:
+        assert s.scalar(select(func.count()).select_from(Verification)) == 0
