@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -17,6 +18,40 @@ def main() -> None:
     """rsi-bot: evidence-bearing pull requests for GPU serving performance changes."""
 
 
+def _finite(_ctx: click.Context, _param: click.Parameter, value: float) -> float:
+    if value != value or value in (float("inf"), float("-inf")):  # NaN is not equal to itself
+        raise click.BadParameter("must be a finite number")
+    return value
+
+
+def _web_url(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """An http(s) URL with a host: anything else would make every link in the report dead
+    (or worse), and was dropped silently."""
+    from urllib.parse import urlsplit
+
+    if value is None:
+        return None
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise click.BadParameter(f"{value!r} is not an http(s) URL with a host")
+    return value
+
+
+def _out_dir(_ctx: click.Context, _param: click.Parameter, value: Path) -> Path:
+    """DIR checked before any work, not after it: a folder, or one that can be made in
+    the nearest folder that exists. Nothing is created until the evidence is built."""
+    if value.exists() and not value.is_dir():
+        raise click.BadParameter(f"{value} is a file, not a folder")
+    there = value
+    while not there.exists() and there != there.parent:
+        there = there.parent
+    if not there.is_dir():
+        raise click.BadParameter(f"cannot make {value}: {there} is not a folder")
+    if not os.access(there, os.W_OK | os.X_OK):
+        raise click.BadParameter(f"cannot write into {there}")
+    return value
+
+
 @main.command()
 @click.argument("bundles", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--candidate", type=click.Path(path_type=Path), help="Intake JSON of the candidate.")
@@ -29,16 +64,30 @@ def main() -> None:
     type=click.FloatRange(min=0),
     default=3.0,
     show_default=True,
+    callback=_finite,
     help="Practical threshold in percent.",
 )
 @click.option(
     "--github-url",
     default="https://github.com",
     show_default=True,
+    callback=_web_url,
     help="GitHub (Enterprise) web URL for compare links.",
 )
-@click.option("--public-url", default=None, help="Base URL where DIR will be served (plot links).")
-@click.option("--out", "out", required=True, type=click.Path(path_type=Path), metavar="DIR")
+@click.option(
+    "--public-url",
+    default=None,
+    callback=_web_url,
+    help="Base URL where DIR will be served (plot links).",
+)
+@click.option(
+    "--out",
+    "out",
+    required=True,
+    type=click.Path(path_type=Path),
+    callback=_out_dir,
+    metavar="DIR",
+)
 @click.option(
     "--max-bundle-bytes",
     type=click.IntRange(min=1),
@@ -138,7 +187,11 @@ def evidence(
     except InputError as exc:
         click.echo(f"rsi-bot evidence: unreadable input: {exc}", err=True)
         sys.exit(2)
-    write(ev, sources, out, public_url)
+    try:
+        write(ev, sources, out, public_url)
+    except OSError as exc:
+        click.echo(f"rsi-bot evidence: cannot write {out}: {exc}", err=True)
+        sys.exit(2)
     click.echo(f"verdict: {ev.verdict} — {ev.reason}")
     for gpu, g in ev.gpus.items():
         click.echo(f"  {gpu}: {g.verdict} — {g.reason}")
@@ -186,8 +239,17 @@ def db_upgrade() -> None:
 def worker(workers: int, metrics_port: int | None) -> None:
     """Run the queue consumer (the Procfile's `worker:`)."""
     from bot import observability, services
+    from bot.db import schema_behind
 
     settings = _settings()
+    behind = schema_behind(settings.DATABASE_URL)
+    if behind is not None:  # every job, and the minute's reconcile, would fail on it
+        click.echo(
+            f"rsi-bot cannot start: the database {settings.DATABASE_URL} is not ready: "
+            f"{behind}; run `rsi-bot db upgrade` first",
+            err=True,
+        )
+        sys.exit(2)
     observability.configure_logging(settings)
     observability.init_sentry(settings, "worker")
     rt = services.build(settings)
@@ -228,9 +290,12 @@ def serve(host: str, port: int, workers: int, web_workers: int) -> None:
         bind.append(serving.bind_address(settings.METRICS_HOST, metrics_port))
 
     def ready(bound: list[tuple[str, int]]) -> None:
-        click.echo(
-            f"rsi-bot listening on {serving.url_of(*bound[0])} (database {settings.DATABASE_URL})"
-        )
+        listening = serving.url_of(*bound[0])
+        if "PUBLIC_URL" not in settings.model_fields_set:
+            # Not the default's port: where this server really is. The web workers and
+            # the queue worker start after this and read it from the environment.
+            os.environ["PUBLIC_URL"] = settings.PUBLIC_URL = listening
+        click.echo(f"rsi-bot listening on {listening} (database {settings.DATABASE_URL})")
         _warn_loopback(settings.PUBLIC_URL)
 
     serving.WebServer(
@@ -272,6 +337,13 @@ def reconcile(redeliver_since: int | None) -> None:
     svc.queue.reconcile()
     if redeliver_since is not None:
         n = deliveries.redeliver_failed(svc, window_s=redeliver_since * 3600)
+        if n is None:
+            click.echo(
+                "reconcile: GitHub could not be asked for its failed deliveries (see the "
+                "log above); nothing was redelivered, try again later",
+                err=True,
+            )
+            sys.exit(1)
         click.echo(f"asked GitHub to redeliver {n} failed deliveries")
     click.echo("reconciled")
 
@@ -346,6 +418,10 @@ def runner_repo(directory: Path) -> None:
     """
     from bot import runner_repo as rr
 
+    if not directory.exists() and not directory.parent.is_dir():
+        # A mistyped path would otherwise become a tree of new folders.
+        click.echo(f"rsi-bot runner-repo: {directory.parent} is not a folder", err=True)
+        sys.exit(2)
     result = rr.write(directory)
     for rel in result.written:
         click.echo(f"wrote    {rel}")

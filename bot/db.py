@@ -74,6 +74,26 @@ def upgrade(url: str) -> None:
     engine.dispose()
 
 
+def schema_behind(url: str) -> str | None:
+    """Why the database at `url` is not at the newest schema, or None when it is."""
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+    from sqlalchemy.exc import SQLAlchemyError
+
+    newest = ScriptDirectory.from_config(alembic_config(url)).get_current_head()
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            current = MigrationContext.configure(conn).get_current_revision()
+    except SQLAlchemyError as exc:
+        return f"it cannot be opened ({type(exc).__name__})"
+    finally:
+        engine.dispose()
+    if current == newest:
+        return None
+    return f"its schema is {current or 'not created'}, the newest is {newest}"
+
+
 class Database:
     """One engine and session factory per process."""
 

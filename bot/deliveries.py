@@ -34,6 +34,11 @@ REDELIVERY_WINDOW_S = 3600
 CLAIM_S = 120
 
 
+# What reading a payload of another shape raises (`payload["comment"]["user"]` on a
+# payload without it): never a GitHub or database outage, which are retried.
+_PAYLOAD_SHAPE = (KeyError, TypeError, AttributeError)
+
+
 def process(svc: Services, delivery_id: str) -> None:
     now = utcnow()
     with svc.db.session() as s:
@@ -67,6 +72,16 @@ def process(svc: Services, delivery_id: str) -> None:
     ctx = handlers.Context(svc=svc, event=event, payload=payload, delivery_id=delivery_id)
     try:
         handled = handlers.dispatch(ctx)
+    except _PAYLOAD_SHAPE as exc:
+        # A field missing or of another type: the same payload fails the same way on
+        # every retry, so it fails once, saying what was wrong.
+        why = f"the payload could not be read ({type(exc).__name__}: {exc})"[:2000]
+        with svc.db.session() as s:
+            d = s.get(Delivery, delivery_id)
+            assert d is not None
+            d.status, d.processed_at, d.claimed_until, d.error = "failed", utcnow(), None, why
+        log.error("delivery %s (%s.%s): %s", delivery_id, event, action, why[:300])
+        return
     except Exception as exc:
         try:
             with svc.db.session() as s:
@@ -148,8 +163,9 @@ def requeue_lost(svc: Services) -> int:
     return len(lost)
 
 
-def redeliver_failed(svc: Services, window_s: int = REDELIVERY_WINDOW_S) -> int:
-    """Ask GitHub to redeliver what it could not deliver to us (and we never stored)."""
+def redeliver_failed(svc: Services, window_s: int = REDELIVERY_WINDOW_S) -> int | None:
+    """Ask GitHub to redeliver what it could not deliver to us (and we never stored):
+    how many were asked for, or None when GitHub could not be asked (logged)."""
     from bot.github.deliveries import redeliver_failed as ask
 
     since = utcnow() - dt.timedelta(seconds=window_s)
@@ -157,4 +173,4 @@ def redeliver_failed(svc: Services, window_s: int = REDELIVERY_WINDOW_S) -> int:
         return ask(svc.github_app, svc.db.stored_delivery_ids, since)
     except Exception as exc:
         log.warning("reconcile: could not list failed hook deliveries: %s", exc)
-        return 0
+        return None

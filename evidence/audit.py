@@ -153,7 +153,7 @@ def _run_failed(src: Source, policy: Policy) -> list[Finding]:
                 "run-failed",
                 "warning",
                 f"Run {lr.run.id} {lr.run.status}: {why}"
-                + (f" (last log line: {tail[-1][:200]})" if tail else "")
+                + (f" (last log line: {_cut(tail[-1], 200)})" if tail else "")
                 + ".",
                 src,
                 [lr.run.id],
@@ -188,6 +188,11 @@ def _run_failed(src: Source, policy: Policy) -> list[Finding]:
                     )
                 )
     return out
+
+
+def _cut(text: str, most: int) -> str:
+    """`text`, or its first `most` characters and an ellipsis: a cut line says so."""
+    return text if len(text) <= most else text[: most - 1] + "…"
 
 
 def _environment(src: Source) -> list[Finding]:

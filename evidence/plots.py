@@ -602,6 +602,8 @@ def make_plots(
     for name, title, draw in specs:
         fig = draw()
         if fig is None:
+            # An earlier build's plot in a reused DIR would read as this study's.
+            (out_dir / "plots" / f"{name}.png").unlink(missing_ok=True)
             continue
         _save(fig, out_dir, name)
         plots.append(

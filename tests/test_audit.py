@@ -70,13 +70,14 @@ def test_run_failed_is_a_warning_while_two_rounds_remain(bundle: Path) -> None:
         run.update(
             status="failed",
             error="server crashed mid-round",
-            log_tail="torch.OutOfMemoryError: CUDA out of memory",
+            log_tail="torch.OutOfMemoryError: CUDA out of memory\n" + "x" * 199 + "(pids 1688)",
         )
 
     edit_manifest(bundle, fail)
     fs = findings(bundle)
     assert codes(fs) == {("run-failed", "warning")}
-    assert "CUDA out of memory" in fs[0].message
+    # A log line cut to 200 characters ends with an ellipsis, not mid-word as if whole.
+    assert fs[0].message.endswith("(last log line: " + "x" * 199 + "…).")
 
 
 def test_run_failed_is_an_error_below_two_rounds_a_side(bundle: Path) -> None:

@@ -193,3 +193,48 @@ def test_loopback_addresses() -> None:
         assert is_loopback_url(url), url
     for url in ("https://rsi.example.com", "http://10.0.0.5:8000", "http://[2001:db8::1]"):
         assert not is_loopback_url(url), url
+
+
+def test_serve_without_a_public_url_uses_where_it_listens(tmp_path: Path) -> None:
+    """Before: the default http://localhost:8000, whatever the port, so links pointed at
+    a server that was not there."""
+    e = env(tmp_path, PYTHONPATH=str(ROOT))
+    e.pop("PUBLIC_URL", None)
+    with started([*CLI, "serve", "--port", "0"], e, tmp_path, "listening on") as out:
+        m = re.search(r"^rsi-bot listening on (http://127\.0\.0\.1:\d+) ", out[-1])
+        assert m, out
+        time.sleep(0.5)
+    stderr = (tmp_path / "stderr.log").read_text().splitlines()
+    (warning,) = [x for x in stderr if WARNING.match(x)]
+    assert f"PUBLIC_URL {m.group(1)} is a loopback address" in warning
+
+
+def test_a_worker_on_a_database_never_upgraded_says_so_and_exits_2(tmp_path: Path) -> None:
+    """Before: it started, and its minute's reconcile failed with a traceback forever."""
+    e = env(tmp_path, PYTHONPATH=str(ROOT))
+    (tmp_path / "state").mkdir()
+    proc = run([*CLI, "worker"], e, tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("rsi-bot cannot start: the database sqlite:///")
+    assert line.endswith(
+        "its schema is not created, the newest is "
+        f"{newest_revision()}; run `rsi-bot db upgrade` first"
+    )
+    assert run([*CLI, "db", "upgrade"], e, tmp_path).returncode == 0
+    worker = subprocess.Popen([*CLI, "worker"], env=e, cwd=tmp_path, stderr=subprocess.PIPE)
+    try:
+        time.sleep(3)
+        assert worker.poll() is None  # upgraded: it runs
+    finally:
+        worker.send_signal(signal.SIGINT)
+        _, err = worker.communicate(timeout=30)
+    assert b"cannot start" not in err
+
+
+def newest_revision() -> str:
+    from alembic.script import ScriptDirectory
+
+    from bot.db import alembic_config
+
+    return str(ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head())

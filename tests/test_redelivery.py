@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import signal
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +34,7 @@ from tests import appkit
 from tests.services import postgres_database
 from tests.standin import GitHubStandIn, example
 from tests.tcpproxy import TcpProxy
+from tests.test_worker_killed import RSI, _env
 
 BURST = 60
 OUTAGE = range(20, 40)  # the middle third of the burst finds the database unreachable
@@ -230,3 +232,27 @@ def test_redeliver_failed_skips_stored_guids_and_keeps_to_its_limit(
     github.wait_for_redeliveries()
     assert sorted(sent) == ["a", "b", "d"]
     github.assert_clean()
+
+
+def test_reconcile_says_when_github_could_not_be_asked_and_exits_1(
+    app: Flask, github: GitHubStandIn
+) -> None:
+    """Before: "asked GitHub to redeliver 0 failed deliveries", "reconciled", exit 0,
+    which reads as "there were none"."""
+    github.fail_next("GET", r"^/app/hook/deliveries", 502, times=50)
+    proc = subprocess.run(
+        [RSI, "reconcile", "--redeliver-since", "2"],
+        env=_env(app.extensions["rsi"]),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    github.clear_faults()
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout == ""
+    assert proc.stderr.splitlines()[-1] == (
+        "reconcile: GitHub could not be asked for its failed deliveries (see the log "
+        "above); nothing was redelivered, try again later"
+    )
+    assert github.count("GET", r"^/app/hook/deliveries") >= 1

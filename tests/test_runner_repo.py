@@ -130,3 +130,10 @@ def test_the_copy_runs_its_tasks_check(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "cosyvoice3:" in done.stdout
+
+
+def test_a_dir_whose_parent_is_missing_is_refused_not_made(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["runner-repo", str(tmp_path / "typo" / "runner-repo")])
+    assert result.exit_code == 2
+    assert f"{tmp_path / 'typo'} is not a folder" in result.stderr
+    assert not (tmp_path / "typo").exists()

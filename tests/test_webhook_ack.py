@@ -70,6 +70,22 @@ def test_a_signed_body_that_is_not_json_is_kept_and_failed_by_the_job(
     github.assert_clean()
 
 
+def test_a_signed_payload_missing_a_field_fails_once_saying_which(
+    app: Flask, client: FlaskClient, github: GitHubStandIn
+) -> None:
+    """Before: a KeyError traceback, retried six times; the same payload can only fail
+    the same way again."""
+    payload = example("issue_comment", "created")
+    del payload["comment"]
+    assert deliver(client, "issue_comment", payload, "no-comment-1") == 202
+    with app.extensions["rsi"].db.session() as s:
+        d = s.get(Delivery, "no-comment-1")
+        assert d is not None
+        assert (d.status, d.attempts) == ("failed", 1)
+        assert d.error == "the payload could not be read (KeyError: 'comment')"
+    github.assert_clean()
+
+
 def test_the_job_records_action_and_installation(app: Flask, client: FlaskClient) -> None:
     payload = example("installation", "created")
     assert deliver(client, "installation", payload, "inst-1") == 202
