@@ -153,7 +153,20 @@ def _load_bundle(bundle: Bundle, where: str) -> Source:
 
 
 def _check_runs(at: str, runs: list[Run]) -> None:
-    """The manifest's numbers are within physical ranges."""
+    """The manifest's numbers are within physical ranges, and each run names files of
+    its own: runs sharing one file would make the work grow with runs × file size (600
+    runs naming one 20,000-row file took minutes and gigabytes) and measure nothing new."""
+    owner: dict[str, str] = {}
+    ids: set[str] = set()
+    for run in runs:
+        if run.id in ids:
+            continue  # a repeated id is reported, and skipped, on its own
+        ids.add(run.id)
+        f = run.files
+        for rel in dict.fromkeys(x for x in (f.speed, f.records, f.wer, f.server) if x):
+            if rel in owner:
+                raise InputError(at, f"runs {owner[rel]!r} and {run.id!r} both name {rel}")
+            owner[rel] = run.id
     for i, run in enumerate(runs):
         check_number(at, f"runs[{i}].wall_clock_s", run.wall_clock_s, MIN_WALL_S, MAX_SECONDS)
         check_number(at, f"runs[{i}].round", run.round, 1, 1e6)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 import tarfile
 import zipfile
 from pathlib import Path
@@ -12,9 +14,10 @@ import orjson
 import pytest
 
 from evidence.build import Inputs, build
+from evidence.bundle import Bundle
 from evidence.errors import InputError
 from evidence.load import gpu_label, load
-from tests.bundles import edit_manifest
+from tests.bundles import edit_manifest, manifest
 from tests.conftest import REAL
 
 
@@ -35,6 +38,37 @@ def test_folder_zip_and_tarball_read_the_same(bundle: Path, tmp_path: Path) -> N
 def test_zip_with_one_wrapping_folder(bundle: Path, tmp_path: Path) -> None:
     zipped = Path(shutil.make_archive(str(tmp_path / "w"), "zip", bundle.parent, bundle.name))
     assert _figures(zipped) == _figures(bundle)
+
+
+def test_a_sparse_tar_member_is_refused_before_its_holes_are_written(
+    bundle: Path, tmp_path: Path
+) -> None:
+    """A few KiB of .tar.gz whose sparse members unpacked to gigabytes of zeros: the
+    ratio bound counts what gzip inflates, and tar fills the holes itself."""
+    holes = tmp_path / "holes.bin"
+    with holes.open("wb") as f:
+        f.seek(64 * 1024 * 1024 - 1)
+        f.write(b"\0")
+    out = tmp_path / "sparse.tar.gz"
+    cmd = ["tar", "--sparse", "-czf", str(out), "-C", str(bundle), ".", "-C", str(tmp_path)]
+    subprocess.run([*cmd, "holes.bin"], check=True)
+    with tarfile.open(out) as t:
+        assert t.getmember("holes.bin").issparse()  # else this proves nothing
+    with pytest.raises(InputError, match=r"member 'holes\.bin' is a sparse file"):
+        load(out)
+
+
+def test_a_fifo_in_a_folder_bundle_is_named_not_waited_on(bundle: Path) -> None:
+    """Before: open() on the FIFO blocked forever."""
+    rid = manifest(bundle)["runs"][0]["id"]
+    speed = bundle / "runs" / rid / "speed_results.json"
+    speed.unlink()
+    os.mkfifo(speed)
+    with Bundle(bundle) as b, pytest.raises(ValueError, match="is not a regular file"):
+        b.read(f"runs/{rid}/speed_results.json")
+    src = load(bundle)
+    (bad,) = [f for f in src.findings if f.code == "bundle-invalid"]
+    assert "speed_results.json is not a regular file" in bad.message
 
 
 def test_corrupt_zip_names_the_file(tmp_path: Path) -> None:
@@ -122,6 +156,20 @@ def test_fields_the_engine_reads_in_another_shape_are_refused(
 
     edit_manifest(bundle, plant)
     with pytest.raises(InputError, match=says):
+        load(bundle)
+
+
+def test_runs_that_share_a_file_are_refused(bundle: Path) -> None:
+    """One file named by many runs multiplied the work by the runs (600 runs of one
+    20,000-row file: minutes, gigabytes) and measured nothing new."""
+
+    def share(d: dict[str, Any]) -> None:
+        d["runs"][5]["files"]["speed"] = d["runs"][1]["files"]["speed"]
+
+    edit_manifest(bundle, share)
+    doc = manifest(bundle)
+    a, b = doc["runs"][1]["id"], doc["runs"][5]["id"]
+    with pytest.raises(InputError, match=f"runs '{a}' and '{b}' both name runs/{a}/"):
         load(bundle)
 
 
