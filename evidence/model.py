@@ -10,7 +10,14 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from evidence.metrics import BY_NAME, canonical
 
@@ -277,14 +284,13 @@ class Candidate(_Open):
     harness: Harness | None = None
     pull_request: int | None = None
 
-    @model_validator(mode="after")
-    def _claim_on_a_listed_gpu(self) -> Candidate:
-        gpus = {gpu_label(g) for g in self.gpus}
-        if self.claim and self.claim.gpu and gpus and self.claim.gpu not in gpus:
-            raise ValueError(
-                f"claim.gpu {self.claim.gpu} is not among gpus ({', '.join(sorted(gpus))})"
-            )
-        return self
+    @field_validator("gpus")
+    @classmethod
+    def _claim_on_a_listed_gpu(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        claim, gpus = info.data.get("claim"), {gpu_label(g) for g in v}
+        if claim is not None and claim.gpu and gpus and claim.gpu not in gpus:
+            raise ValueError(f"claim.gpu {claim.gpu} is not among gpus ({', '.join(sorted(gpus))})")
+        return v
 
 
 # --------------------------------------------------------------------- side inputs

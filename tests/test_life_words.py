@@ -276,7 +276,8 @@ def test_repo_config_decides_what_intake_runs(w: World) -> None:
 
     with w.svc.db.session() as s:
         counts = (s.query(Verification).count(), s.query(Delivery).count())
-    body = appkit.dumps(appkit.candidate(candidate_id="on-h100", gpus=["H100"]))
+    on_h100 = {"metric": "throughput_qps", "mode": "streaming", "gpu": "H100", "delta_pct": 12.0}
+    body = appkit.dumps(appkit.candidate(candidate_id="on-h100", gpus=["H100"], claim=on_h100))
     resp = w.client.post(
         "/api/v1/candidates", data=body, headers=appkit.intake_headers(body, "d-h100")
     )
@@ -284,6 +285,7 @@ def test_repo_config_decides_what_intake_runs(w: World) -> None:
     errors = resp.get_json()["errors"]
     assert [e["field"] for e in errors] == ["gpus"]
     assert "H100" in errors[0]["message"]
+    assert "claim" not in errors[0]["message"]  # refused by the configuration, not the claim
     with w.svc.db.session() as s:
         assert (s.query(Verification).count(), s.query(Delivery).count()) == counts
     w.settle()
