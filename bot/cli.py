@@ -31,8 +31,12 @@ def _web_url(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
 
     if value is None:
         return None
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    try:
+        parts = urlsplit(value)
+        host = parts.hostname
+    except ValueError:  # "http://[::1": an unclosed IPv6 address
+        host = None
+    if host is None or parts.scheme not in ("http", "https"):
         raise click.BadParameter(f"{value!r} is not an http(s) URL with a host")
     return value
 
@@ -332,8 +336,18 @@ def _web_app() -> object:
 def reconcile(redeliver_since: int | None) -> None:
     """Re-queue lost work and time out silent runners now (the worker does it every minute)."""
     from bot import deliveries, services
+    from bot.db import schema_behind
 
-    svc = services.build(_settings())
+    settings = _settings()
+    behind = schema_behind(settings.DATABASE_URL)
+    if behind is not None:
+        click.echo(
+            f"rsi-bot reconcile: the database {settings.DATABASE_URL} is not ready: {behind}; "
+            "run `rsi-bot db upgrade` first",
+            err=True,
+        )
+        sys.exit(2)
+    svc = services.build(settings)
     svc.queue.reconcile()
     if redeliver_since is not None:
         n = deliveries.redeliver_failed(svc, window_s=redeliver_since * 3600)

@@ -46,8 +46,10 @@ def _command_line(text: str) -> str | None:
     fence: str | None = None  # the open fence's characters (closed by as many or more)
     hidden: str | None = None  # the end of an open HTML comment or <pre> block
     quoted = False  # the previous line was in a quote: a lazy continuation stays in it
-    for raw in text.splitlines():
-        line = raw.strip()
+    # Markdown's line endings only (str.splitlines also breaks at \x85, \u2028, …), and
+    # only spaces and tabs around a line (a no-break space after a fence keeps it open).
+    for raw in re.split(r"\r\n|\r|\n", text):
+        line = raw.strip(" \t")
         # Indented four columns or more, a fence line is code, not a fence (CommonMark).
         fence_line = _indent(raw) < 4
         if fence is not None:

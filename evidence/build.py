@@ -275,7 +275,9 @@ def write(
     from evidence.render import render_check, render_comment, render_pr_section, render_report
 
     out.mkdir(parents=True, exist_ok=True)
-    cand = Candidate.model_validate(ev.candidate) if ev.candidate else None
+    cand = (
+        Candidate.model_validate(ev.candidate, context={"stored": True}) if ev.candidate else None
+    )
     ev.plots = make_plots(ev, sources, cand, out, public_url)
     if plot_url is not None:
         for plot in ev.plots:

@@ -92,7 +92,10 @@ def check_number(where: str, field: str, value: float | None, lo: float, hi: flo
     """One number, when given, is finite and within [lo, hi]."""
     if value is None:
         return
-    v = float(value)
+    try:
+        v = float(value)
+    except OverflowError:  # an integer of hundreds of digits
+        v = math.inf
     if not math.isfinite(v) or not lo <= v <= hi:
         raise _bad(where, field, v, lo, hi)
 

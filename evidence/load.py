@@ -10,6 +10,7 @@ an archive too big, JSON too deep, too many runs, a number outside its physical 
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -163,7 +164,8 @@ def _check_runs(at: str, runs: list[Run]) -> None:
             continue  # a repeated id is reported, and skipped, on its own
         ids.add(run.id)
         f = run.files
-        for rel in dict.fromkeys(x for x in (f.speed, f.records, f.wer, f.server) if x):
+        names = (f.speed, f.records, f.wer, f.server)
+        for rel in dict.fromkeys(posixpath.normpath(x) for x in names if x):
             if rel in owner:
                 raise InputError(at, f"runs {owner[rel]!r} and {run.id!r} both name {rel}")
             owner[rel] = run.id

@@ -34,9 +34,12 @@ ClaimStatus = Literal["confirmed", "weakened", "not-reproduced", "inconclusive",
 SCHEMA = "rsi-evidence/1"
 
 
+_LABELS = re.compile(r"\b([A-Z]\d{2,4}[A-Z]?)\b")
+
+
 def gpu_label(name: str) -> str:
     """`NVIDIA H200` or `h200` → `H200`; other names are kept as given."""
-    m = re.search(r"\b([A-Z]\d{2,4}[A-Z]?)\b", name.upper())
+    m = _LABELS.search(name.upper())
     return m.group(1) if m else name
 
 
@@ -151,6 +154,9 @@ class Manifest(_Open):
     @classmethod
     def _packages_by_name(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         for side, env in v.items():
+            for key in ("gpu_name", "driver", "cuda", "image", "image_digest"):
+                if not isinstance(env.get(key), str | None):
+                    raise ValueError(f"{side}.{key} must be a string")
             pk = env.get("packages")
             if pk is not None and not (
                 isinstance(pk, dict) and all(isinstance(x, str | None) for x in pk.values())
@@ -179,6 +185,12 @@ class Manifest(_Open):
 # ------------------------------------------------------------------- candidate (intake)
 
 
+def stored(info: ValidationInfo) -> bool:
+    """Whether a candidate taken in earlier is being read back (`context={"stored": True}`):
+    the intake's rules, newer than it may be, are not applied to it again."""
+    return bool(info.context and info.context.get("stored"))
+
+
 class ClaimSpec(_Open):
     """What the candidate says it gains. `delta_pct` is the signed change of the metric,
     so a gain in a figure where lower is better (latency, WER) is negative."""
@@ -191,50 +203,78 @@ class ClaimSpec(_Open):
 
     @field_validator("metric")
     @classmethod
-    def _known_metric(cls, v: str) -> str:
-        if canonical(v) not in BY_NAME:
+    def _known_metric(cls, v: str, info: ValidationInfo) -> str:
+        if canonical(v) not in BY_NAME and not stored(info):
             raise ValueError(f"unknown metric; one of {', '.join(BY_NAME)}")
         return v
 
     @field_validator("gpu")
     @classmethod
-    def _gpu_label(cls, v: str | None) -> str | None:
-        return None if v is None else gpu_label(v)
+    def _gpu_label(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is None or not v.strip():
+            return None  # no GPU named: judged on every GPU
+        labels = set(_LABELS.findall(v.upper()))
+        if len(labels) > 1 and not stored(info):
+            raise ValueError(f"names {len(labels)} GPUs; a claim names one")
+        return gpu_label(v)
 
     @model_validator(mode="after")
-    def _a_gain(self) -> ClaimSpec:
-        m = BY_NAME[canonical(self.metric)]
+    def _a_gain(self, info: ValidationInfo) -> ClaimSpec:
+        m = BY_NAME.get(canonical(self.metric))
+        if m is None or stored(info):
+            return self
         gain = self.delta_pct > 0 if m.better == "higher" else self.delta_pct < 0
         if not gain:
             way = (
                 "rises, so its gain is positive"
                 if m.better == "higher"
-                else ("falls, so its gain is negative")
+                else "falls, so its gain is negative"
             )
             raise ValueError(
                 f"delta_pct {self.delta_pct:+g} is not a gain: a claim gives the signed change "
                 f"and {m.label} improves when it {way}"
             )
+        # A figure cannot fall by more than all of it; a rise past 100x is no claim.
+        if not -100 < self.delta_pct <= 10_000:
+            raise ValueError(f"delta_pct {self.delta_pct:+g} is outside (-100, +10000]")
         return self
 
 
 _BAD_REF = re.compile(r"[\x01-\x20\x7f~^:?*\[\\]|\.\.|@\{|//|/\.|\.lock(/|$)|^[-/.]|[/.]$")
+# owner/name as GitHub spells them: ASCII letters, digits, '-', '_', '.'; not . or ..
+_REPO = re.compile(r"^(?!\.\.?/)[A-Za-z0-9_.-]+/(?!\.\.?$)[A-Za-z0-9_.-]+$")
 
 
 class HeadRef(_Open):
     """Where the head lives: checked as strictly as git and GitHub would, since each
-    part ends up in a git command or an API path."""
+    part ends up in a git command or an API path. Lengths and NUL characters are the
+    intake's bounds (docs/bounds.md)."""
 
-    # Lengths and NUL characters are the intake's bounds (docs/bounds.md).
-    repo: str = Field(pattern=r"^[\w.-]+/[\w.-]+$")
-    ref: str = Field(min_length=1)
-    sha: str = Field(pattern=r"^[0-9a-f]{7,}$")
+    repo: str
+    ref: str
+    sha: str
+
+    @field_validator("repo")
+    @classmethod
+    def _repo(cls, v: str, info: ValidationInfo) -> str:
+        if not _REPO.match(v) and not stored(info):
+            raise ValueError("not an owner/name GitHub accepts")
+        return v
 
     @field_validator("ref")
     @classmethod
-    def _branch_name(cls, v: str) -> str:
-        if v == "@" or _BAD_REF.search(v):
+    def _branch_name(cls, v: str, info: ValidationInfo) -> str:
+        if (v in ("", "@", "HEAD") or _BAD_REF.search(v)) and not stored(info):
             raise ValueError("not a branch name git accepts (git check-ref-format)")
+        return v
+
+    @field_validator("sha")
+    @classmethod
+    def _full_sha(cls, v: str, info: ValidationInfo) -> str:
+        """The exact commit: 40 hex digits (64 in a SHA-256 repository), as the runner
+        checks it out."""
+        if not re.fullmatch(r"[0-9a-f]{40}([0-9a-f]{24})?", v) and not stored(info):
+            raise ValueError("not a full commit SHA (40 or 64 lowercase hex digits)")
         return v
 
 
@@ -288,6 +328,8 @@ class Candidate(_Open):
     @classmethod
     def _claim_on_a_listed_gpu(cls, v: list[str], info: ValidationInfo) -> list[str]:
         claim, gpus = info.data.get("claim"), {gpu_label(g) for g in v}
+        if stored(info):
+            return v
         if claim is not None and claim.gpu and gpus and claim.gpu not in gpus:
             raise ValueError(f"claim.gpu {claim.gpu} is not among gpus ({', '.join(sorted(gpus))})")
         return v

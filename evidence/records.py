@@ -185,6 +185,15 @@ _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+def _scalars(summary: dict[str, Any]) -> dict[str, Any]:
+    """A summary whose numbers a float can hold: an integer of hundreds of digits (which
+    Python's JSON reader takes) is refused naming its field, not met later as a crash."""
+    for k, v in summary.items():
+        if type(v) is int and not -(2**1023) < v < 2**1023:
+            raise BeyondBounds(f"summary field {k!r} holds a number too large for a measurement", k)
+    return summary
+
+
 def _whole_text(x: Any) -> Any:
     """`x` with every lone surrogate in its strings (keys too) replaced by U+FFFD."""
     if isinstance(x, str):
@@ -284,7 +293,7 @@ def _sglang_omni(doc: dict[str, Any]) -> RunRecords:
         cols=cols,
         gaps=gaps,
         errors=errors,
-        summary=summary if isinstance(summary, dict) else None,
+        summary=_scalars(summary) if isinstance(summary, dict) else None,
     )
 
 
@@ -340,7 +349,7 @@ def _serving_arrays(doc: dict[str, Any]) -> RunRecords:
         cols=cols,
         gaps=gaps,
         errors={ids[i]: str(e) for i, e in enumerate(errors_arr) if e},
-        summary=summary,
+        summary=_scalars(summary),
         duration_s=float(duration) if isinstance(duration, int | float) else None,
     )
 
@@ -431,7 +440,7 @@ def wer_records(doc: dict[str, Any]) -> WerRecords:
     errs = np.where(has_any, sum(np.nan_to_num(c) for c in counts), np.nan)
     summary = doc.get("summary")
     return WerRecords(
-        ids, success, wer, ref_words, errs, summary if isinstance(summary, dict) else None
+        ids, success, wer, ref_words, errs, _scalars(summary) if isinstance(summary, dict) else None
     )
 
 

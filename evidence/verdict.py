@@ -29,7 +29,7 @@ def decide(rows: list[StudyRow], findings: list[Finding]) -> tuple[Overall, str]
     reg = [r for r in rows if r.primary and r.verdict == "regressed"]
     if reg:
         r = _most_evidence(reg)
-        return "regressed", f"{_where(r)}: {r_label(r)} regressed {r.delta_pct:+.1f}%"
+        return "regressed", f"{_where(r)}: {r_label(r)} regressed {_fmt(r.delta_pct)}"
     guards = [r for r in rows if r.guard_failed]
     if guards:
         g = guards[0]
@@ -42,7 +42,7 @@ def decide(rows: list[StudyRow], findings: list[Finding]) -> tuple[Overall, str]
         # The row with the most evidence, as the headline: not the largest point
         # estimate, which is usually the noisiest setting's.
         best = _most_evidence(imp)
-        return "improved", f"{_where(best)}: {r_label(best)} {best.delta_pct:+.1f}%"
+        return "improved", f"{_where(best)}: {r_label(best)} {_fmt(best.delta_pct)}"
     prim = [r for r in rows if r.primary]
     if not prim:
         return "inconclusive", "no primary figure could be compared"

@@ -255,7 +255,7 @@ def test_lengths_the_head_stops_reporting_are_an_error_not_a_skipped_check(
     path = clean_bundle(tmp_path / "b", head_audio_scale=0.85)
 
     def hide(rows: list[dict[str, Any]], run: dict[str, Any]) -> None:
-        for r in rows:
+        for r in rows[1:]:  # one request a run still reports: not enough to compare
             r.update(audio_duration_s=None, completion_tokens=None, audio_chunk_count=None)
 
     for rid in run_ids(path, "head"):

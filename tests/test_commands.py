@@ -102,6 +102,8 @@ FENCES = [
     "``` a`b\n/rsi cancel",  # a backtick in the info string: inline code, not a fence
     "~~~ a`b\n/rsi reverify\n~~~",  # tildes may have one
     "Text\n```\n/rsi reverify\n```",  # a fence interrupts a paragraph
+    "```\n```\u00a0\n/rsi reverify\n```",  # a no-break space: not a closing fence
+    "```\nx\x85```\n/rsi reverify\n```",  # \x85 is no line ending in Markdown
 ]
 
 

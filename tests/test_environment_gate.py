@@ -62,6 +62,16 @@ def test_a_bundle_labelled_for_another_gpu_than_it_ran_on_is_an_error(tmp_path: 
     (f,) = [f for f in env_findings(ev) if f.severity == "error"]
     assert f.message.startswith("The bundle is labelled H100, but its sides recorded H200")
     assert ev.verdict == "invalid"
+    one_side = clean_bundle(tmp_path / "one", gpu="H200", speedup=0.15)
+    edit_manifest(one_side, lambda d: d.update(gpu="H100"))
+    edit_manifest(one_side, lambda d: d["environment"].pop("head"))
+    assert [f.severity for f in env_findings(evidence(one_side))] == ["error", "warning"]
+    gh = clean_bundle(tmp_path / "gh", gpu="GH200", speedup=0.15)  # not an [A-Z]ddd name
+    for side in ("base", "head"):
+        edit_manifest(
+            gh, lambda d, s=side: d["environment"][s].update(gpu_name="NVIDIA GH200 480GB")
+        )
+    assert env_findings(evidence(gh)) == []
     ok = clean_bundle(tmp_path / "ok", gpu="H200", speedup=0.15)
     edit_manifest(ok, lambda d: d["environment"]["base"].update(gpu_name="NVIDIA H200 141GB"))
     edit_manifest(ok, lambda d: d["environment"]["head"].update(gpu_name="NVIDIA H200 141GB"))

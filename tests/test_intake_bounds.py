@@ -33,7 +33,11 @@ CASES: list[tuple[dict[str, Any], str, str]] = [
     ({"repo": "o/" + "r" * 199}, "repo", "longer than 200 characters"),
     ({"head": _head(ref="b" * 256)}, "head.ref", "longer than 255 characters"),
     ({"head": _head(repo="o/" + "f" * 199)}, "head.repo", "longer than 200 characters"),
-    ({"head": _head(sha="a" * 65)}, "head.sha", "longer than 64 characters"),
+    (
+        {"head": _head(sha="a" * 65)},
+        "head.sha",
+        "Value error, not a full commit SHA (40 or 64 lowercase hex digits)",
+    ),
     ({"pull_request": 2**40}, "pull_request", "not a pull request number"),
     ({"candidate_id": "r14\x00"}, "candidate_id", "holds a NUL character"),
     ({"head": _head(ref="rsi/x\x00y")}, "head.ref", "holds a NUL character"),
@@ -66,6 +70,10 @@ def test_a_value_no_column_holds_is_a_422(
     ("head", "field"),
     [
         (_head(sha="not-a-sha"), "head.sha"),
+        (_head(sha="abc1234"), "head.sha"),  # the runner checks out exactly 40 digits
+        (_head(repo="owner/.."), "head.repo"),
+        (_head(repo="ünï/cödé"), "head.repo"),
+        (_head(ref="HEAD"), "head.ref"),
         (_head(sha="../../../orgs/x?y="), "head.sha"),
         (_head(repo="not a repo!!"), "head.repo"),
         (_head(ref="--upload-pack=x"), "head.ref"),

@@ -212,6 +212,19 @@ def test_omni_integer_too_large_for_a_float_names_the_field() -> None:
         parse_speed(_dumps(doc))
 
 
+def test_an_integer_too_large_for_a_float_in_a_summary_names_the_field(tmp_path: Path) -> None:
+    from evidence.build import Inputs, build
+    from evidence.errors import InputError
+    from tests.bundles import clean_bundle, edit_summary, run_ids
+
+    b = clean_bundle(tmp_path / "b")
+    edit_summary(b, run_ids(b, "head")[0], throughput_qps=12345.678)
+    speed = next(b.glob(f"runs/{run_ids(b, 'head')[0]}/speed*.json"))
+    speed.write_bytes(speed.read_bytes().replace(b"12345.678", b"1" + b"0" * 400))
+    with pytest.raises(InputError, match="throughput_qps"):
+        build(Inputs(bundles=[b]))
+
+
 def test_a_lone_surrogate_in_an_error_text_becomes_a_replacement_character() -> None:
     """The standard library reads "\\ud800", which no JSON or UTF-8 writer can write
     back: the text is kept, with U+FFFD where the surrogate was."""

@@ -580,3 +580,36 @@ def test_a_claim_is_judged_on_the_gpu_it_names_only(tmp_path: Path) -> None:
         "The claim of throughput +15.0% (streaming) on H100 is not reproduced: this "
         "verification did not measure it there."
     )
+
+
+def test_a_candidate_taken_in_earlier_is_read_back_without_the_newer_rules() -> None:
+    """Publishing a verification stored before these rules, or a reverify after the fork
+    was deleted (head.repo ""), must not fail on them: they judge what comes in."""
+    doc = candidate(metric="throughput_qps", mode="streaming", delta_pct=10.0).model_dump()
+    doc["claim"] = {"metric": "throughput", "mode": "streaming", "delta_pct": -10.0}
+    doc["head"] = {"repo": "", "ref": "", "sha": "abc1234"}
+    with pytest.raises(ValueError, match="unknown metric"):
+        Candidate.model_validate(doc)
+    back = Candidate.model_validate(doc, context={"stored": True})
+    assert back.claim is not None
+    assert (back.claim.metric, back.head.repo) == ("throughput", "")
+
+
+@pytest.mark.parametrize(
+    ("gpu", "says"),
+    [("H100 or H200", "names 2 GPUs; a claim names one"), ("", None), ("  ", None)],
+)
+def test_a_claim_names_one_gpu_or_none(gpu: str, says: str | None) -> None:
+    spec = {"metric": "throughput_qps", "gpu": gpu, "delta_pct": 5.0}
+    if says is None:
+        assert ClaimSpec.model_validate(spec).gpu is None
+    else:
+        with pytest.raises(ValueError, match=says):
+            ClaimSpec.model_validate(spec)
+
+
+@pytest.mark.parametrize("delta", [-150.0, 1e300])
+def test_a_claim_of_an_impossible_size_is_refused(delta: float) -> None:
+    metric = "latency_p95_s" if delta < 0 else "throughput_qps"
+    with pytest.raises(ValueError, match=r"is outside \(-100, \+10000\]"):
+        ClaimSpec.model_validate({"metric": metric, "delta_pct": delta})

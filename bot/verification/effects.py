@@ -86,7 +86,7 @@ def ensure_pull_request(svc: Services, vid: str, e: M.EnsurePullRequest) -> None
         if store.pull_request(s, v.repo, v.pr_number) is not None:
             return
         number, repo = v.pr_number, v.repo
-        cand = Candidate.model_validate(v.candidate)
+        cand = Candidate.model_validate(v.candidate, context={"stored": True})
         # Always `owner:branch`: GitHub ignores a bare branch in the `head` filter and
         # would list every open PR when attaching to an existing one.
         head = f"{v.head_repo.split('/')[0]}:{v.head_ref}"
@@ -370,7 +370,7 @@ def build_evidence(svc: Services, vid: str, e: M.BuildEvidence) -> M.Event | Non
             for j in v.jobs
             if j.state != M.JobState.KEPT.value and (r := Reason.from_json(j.end_reason))
         }
-        cand = Candidate.model_validate(v.candidate)
+        cand = Candidate.model_validate(v.candidate, context={"stored": True})
         history = _history(s, v)
         repo, base, head, number = v.repo, v.base_sha, v.head_sha, v.pr_number
     attribution = svc.github.attribution(repo, base, head, number)
