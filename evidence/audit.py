@@ -24,7 +24,7 @@ from evidence.asr import SEEDTTS, TRANSCRIBE_DIARIZE
 from evidence.load import LoadedRun, Source, common_scored
 from evidence.model import Finding, HistoryEntry, Severity, gpu_label
 from evidence.policy import Policy
-from evidence.records import FloatArray
+from evidence.records import FloatArray, WerRecords
 from evidence.table import requests_table
 
 MAX_IDS = 10
@@ -1028,6 +1028,10 @@ def _length_shift(src: Source, policy: Policy, table: pd.DataFrame) -> list[Find
     return out
 
 
+def _scores_any(w: WerRecords) -> bool:
+    return bool(np.any(w.success & np.isfinite(w.wer)))
+
+
 def _accuracy_coverage(src: Source, policy: Policy) -> list[Finding]:
     """Transcriptions failed or missing from the accuracy outputs, per side; and sides
     whose accuracy outputs cover different samples.
@@ -1042,7 +1046,9 @@ def _accuracy_coverage(src: Source, policy: Policy) -> list[Finding]:
         sel = [lr for lr in runs if lr.wer is not None and lr.run.status == "ok"]
         if not sel:
             continue
-        sides = {lr.run.side for lr in sel}
+        # A side with outputs but not one scored rate (every row null, as an ASR head
+        # can write) has nothing to compare either.
+        sides = {lr.run.side for lr in sel if lr.wer is not None and _scores_any(lr.wer)}
         if len(sides) == 1:
             # Without it the accuracy guard has nothing to compare: a head whose accuracy
             # run failed, or that wrote no accuracy file, must not pass as accurate.

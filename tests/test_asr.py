@@ -357,3 +357,20 @@ def test_rsi_bot_evidence_on_an_asr_bundle(tmp_path: Path) -> None:
     assert thr["ci_high_pct"] > thr["ci_low_pct"]
     assert "WER (corpus)" in (out / "report.html").read_text()
     assert "NaN" not in (out / "evidence.json").read_text()
+
+
+def test_an_asr_head_whose_rows_carry_no_wer_is_accuracy_missing(tmp_path: Path) -> None:
+    """Every head row's `wer` null: before, the WER rows vanished and a head 20 points
+    worse came out improved with no finding."""
+    b = tmp_path / "b"
+    write_asr_bundle(b, AsrSpec(kind="seedtts", rounds=3, head_wer_add=0.2))
+    doc = orjson.loads((b / "manifest.json").read_bytes())
+    for r in doc["runs"]:
+        if r["side"] == "head":
+            f = b / r["files"]["records"]
+            rows = [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
+            f.write_text("".join(json.dumps({**x, "wer": None}) + "\n" for x in rows))
+    ev, _ = build(Inputs(bundles=[b]))
+    missing = [f for f in ev.audit if f.code == "accuracy-missing"]
+    assert {f.severity for f in missing} == {"error"}
+    assert ev.verdict == "invalid"
