@@ -56,6 +56,8 @@ class Inputs:
 
 def read_json_file(path: Path, model: type[T] | Any) -> T:
     """Validate a side file against `model`; InputError names the file and the field."""
+    if path.exists() and not path.is_file():  # a FIFO would be waited on forever
+        raise InputError(str(path), "not a regular file")
     try:
         raw = orjson.loads(path.read_bytes())
     except FileNotFoundError as exc:

@@ -92,6 +92,8 @@ def format_validation(exc: ValidationError) -> str:
 def load(path: Path, limits: Limits = DEFAULT) -> Source:
     if not path.exists():
         raise InputError(str(path), "no such file or folder")
+    if not (path.is_file() or path.is_dir()):  # a FIFO would be waited on forever
+        raise InputError(str(path), "not a regular file or folder")
     if path.is_file() and path.suffix == ".json":
         return load_per_run_study(path, limits)
     with Bundle(path, limits) as bundle:

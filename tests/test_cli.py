@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -215,3 +216,13 @@ def test_a_reused_out_keeps_no_plot_of_an_earlier_build(tmp_path: Path) -> None:
     assert run(str(H200), "--out", str(out))[0] == 0
     assert not (out / "plots" / "trajectory.png").exists()
     assert (out / "plots" / "rounds.png").exists()
+
+
+def test_a_fifo_given_as_the_bundle_or_the_candidate_exits_2_at_once(tmp_path: Path) -> None:
+    """Before: both waited forever on the FIFO."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    code, _, stderr = run(str(fifo), "--out", str(tmp_path / "o"))
+    assert (code, f"{fifo}: not a regular file or folder" in stderr) == (2, True)
+    code, _, stderr = run(str(H200), "--candidate", str(fifo), "--out", str(tmp_path / "o"))
+    assert (code, f"{fifo}: not a regular file" in stderr) == (2, True)
