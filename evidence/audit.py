@@ -21,6 +21,7 @@ import pandas as pd
 from scipy import stats
 
 from evidence.asr import SEEDTTS, TRANSCRIBE_DIARIZE
+from evidence.inert import bound
 from evidence.load import LoadedRun, Source, common_scored
 from evidence.model import Finding, HistoryEntry, Severity, gpu_label
 from evidence.policy import Policy
@@ -154,7 +155,7 @@ def _run_failed(src: Source, policy: Policy) -> list[Finding]:
                 "run-failed",
                 "warning",
                 f"Run {lr.run.id} {lr.run.status}: {why}"
-                + (f" (last log line: {_cut(tail[-1], 200)})" if tail else "")
+                + (f" (last log line: {bound(tail[-1], 200)})" if tail else "")
                 + ".",
                 src,
                 [lr.run.id],
@@ -189,11 +190,6 @@ def _run_failed(src: Source, policy: Policy) -> list[Finding]:
                     )
                 )
     return out
-
-
-def _cut(text: str, most: int) -> str:
-    """`text`, or its first `most` characters and an ellipsis: a cut line says so."""
-    return text if len(text) <= most else text[: most - 1] + "…"
 
 
 def _labelled_gpu(src: Source) -> list[Finding]:
