@@ -23,7 +23,7 @@ from scipy import stats
 from evidence.asr import SEEDTTS, TRANSCRIBE_DIARIZE
 from evidence.inert import bound
 from evidence.load import LoadedRun, Source, common_scored
-from evidence.model import Finding, HistoryEntry, Severity, gpu_label
+from evidence.model import Finding, HistoryEntry, HostCpu, Severity, gpu_label
 from evidence.policy import Policy
 from evidence.records import FloatArray, WerRecords
 from evidence.table import requests_table
@@ -385,47 +385,74 @@ def _noisy(src: Source, policy: Policy) -> list[Finding]:
     return out
 
 
-def _host_cpu(src: Source, policy: Policy) -> list[Finding]:
-    """The machine's own CPU speed (`host_cpu_ms`, a fixed Python loop the runner times
-    before each server starts) moving between runs, or differing between the sides: a
-    CPU-bound server moves with it, and no placement on the job's cores removes that."""
-    got: list[tuple[str, str, float]] = []
-    for lr in src.runs:
-        ms = (lr.server or {}).get("host_cpu_ms")
-        if isinstance(ms, int | float) and _finite(ms) and 0 < ms < 1e6:
-            got.append((lr.run.id, lr.run.side, float(ms)))
+def host_cpu(src: Source, policy: Policy) -> HostCpu | None:
+    """The spread of the machine's own CPU speed over a bundle's runs (`host_cpu_ms`, a
+    fixed Python loop the runner times before each server starts); None when fewer than
+    three runs recorded it. Shared by the audit and the evidence, so both say the same."""
+    got = [(side, ms) for _, side, ms in _host_cpu_ms(src)]
     if len(got) < 3:
-        return []
-    v = np.array([x for _, _, x in got], dtype=np.float64)
+        return None
+    v = np.array([x for _, x in got], dtype=np.float64)
     cv = 100 * float(v.std(ddof=1) / v.mean())
     med = {
-        side: float(np.median([x for _, s, x in got if s == side]))
+        side: float(np.median([x for s, x in got if s == side]))
         for side in ("base", "head")
-        if any(s == side for _, s, _ in got)
+        if any(s == side for s, _ in got)
     }
     gap = 100 * (med["head"] / med["base"] - 1) if len(med) == 2 else 0.0
-    if cv <= policy.noisy_cv_pct and abs(gap) <= policy.noisy_cv_pct:
+    t = policy.noisy_cv_pct
+    return HostCpu(
+        runs=v.size,
+        min_ms=float(v.min()),
+        max_ms=float(v.max()),
+        cv_pct=round(cv, 2),
+        median_base_ms=med.get("base"),
+        median_head_ms=med.get("head"),
+        side_gap_pct=round(gap, 2),
+        threshold_pct=t,
+        steady=cv <= t and abs(gap) <= t,
+    )
+
+
+def _host_cpu(src: Source, policy: Policy) -> list[Finding]:
+    """The host's CPU speed moving between runs, or differing between the sides: a
+    CPU-bound server moves with it, and no placement on the job's cores removes that."""
+    h = host_cpu(src, policy)
+    if h is None or h.steady:
         return []
     sides = (
-        f"; median base {med['base']:.3g} ms, head {med['head']:.3g} ms ({gap:+.1f}%)"
-        if len(med) == 2
+        f"; median base {h.median_base_ms:.3g} ms, head {h.median_head_ms:.3g} ms "
+        f"({h.side_gap_pct:+.1f}%)"
+        if h.median_base_ms is not None and h.median_head_ms is not None
         else ""
     )
+    more = "pairs" if src.manifest.measured_by.analysed_paired else "rounds"
     return [
         _f(
             "host-cpu-unsteady",
             "warning",
             f"The machine's CPU changed speed between runs: a fixed Python loop timed "
-            f"before each run took {v.min():.3g}–{v.max():.3g} ms ({cv:.1f}% CV over "
-            f"{v.size} runs{sides}). A server bound by its CPU (eager decoding launches "
-            "one kernel at a time) can spread with the machine, and only more rounds (or "
-            "a dedicated machine) narrow its interval; a GPU-bound one barely moves.",
+            f"before each run took {h.min_ms:.3g}–{h.max_ms:.3g} ms ({h.cv_pct:.1f}% CV "
+            f"over {h.runs} runs{sides}). A server bound by its CPU (eager decoding "
+            "launches one kernel at a time) can spread with the machine, and only more "
+            f"{more} (or a dedicated machine) narrow its interval; a GPU-bound one barely "
+            "moves.",
             src,
-            [rid for rid, _, _ in got],
-            cv_pct=round(cv, 2),
-            side_gap_pct=round(gap, 2),
+            [rid for rid, _, _ in _host_cpu_ms(src)],
+            cv_pct=h.cv_pct,
+            side_gap_pct=h.side_gap_pct,
         )
     ]
+
+
+def _host_cpu_ms(src: Source) -> list[tuple[str, str, float]]:
+    """(run id, side, milliseconds) of each run that recorded a usable `host_cpu_ms`."""
+    out: list[tuple[str, str, float]] = []
+    for lr in src.runs:
+        ms = (lr.server or {}).get("host_cpu_ms")
+        if isinstance(ms, int | float) and _finite(ms) and 0 < ms < 1e6:
+            out.append((lr.run.id, lr.run.side, float(ms)))
+    return out
 
 
 def _finite(v: object) -> bool:

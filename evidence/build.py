@@ -14,8 +14,9 @@ from typing import Any, TypeVar
 import orjson
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from evidence.audit import audit
+from evidence.audit import audit, host_cpu
 from evidence.caveats import write_caveats
+from evidence.design import design_result
 from evidence.errors import InputError, NotOneVerification
 from evidence.limits import DEFAULT, Limits
 from evidence.links import links, reproduce
@@ -118,6 +119,8 @@ def build(inputs: Inputs) -> tuple[Evidence, list[Source]]:
             per_request_audit=src.per_request,
             adaptive=_adaptive(src.manifest.adaptive),
             gpu_minutes=src.manifest.gpu_minutes,
+            design=design_result(src.manifest),
+            host_cpu=host_cpu(src, policy),
         )
     m = sources[0].manifest
     ev = Evidence(

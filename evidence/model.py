@@ -125,6 +125,43 @@ class Adaptive(_Open):
     rows: dict[str, AdaptiveRow] = Field(default_factory=dict)
 
 
+# Designs the engine knows how to analyse as pairs (base and head runs of the same
+# mode, concurrency and round measured close in time); any other name, even one that
+# says `paired`, is analysed unpaired.
+PAIRED_DESIGNS = frozenset({"alternate"})
+
+
+class DesignServer(_Open):
+    """One server start of an alternating design: which rows it served and what it was
+    given and used (the runner's `design.servers.<side>[]`)."""
+
+    rows: list[str] = Field(default_factory=list)
+    startup_s: float | None = Field(default=None, ge=0, le=1e6)
+    vram_mib: float | None = Field(default=None, ge=0, le=1e8)
+    memory_fraction: float | None = Field(default=None, ge=0, le=1)
+    gpu_memory_total_mib: float | None = Field(default=None, ge=0, le=1e8)
+    warmup: dict[str, Any] | None = None
+
+
+class Design(_Open):
+    """How base and head were measured against each other (the manifest's `design`).
+    A bundle without one is today's sequential rounds, unpaired."""
+
+    name: str = "sequential"
+    paired: bool = False
+    unit: str | None = None
+    summary: str | None = None
+    assumes: list[str] = Field(default_factory=list)
+    burst_requests: int | None = Field(default=None, ge=1, le=10_000_000)
+    servers: dict[str, list[DesignServer]] = Field(default_factory=dict)
+
+    @property
+    def analysed_paired(self) -> bool:
+        """Whether the engine analyses the runs as pairs: only a design it knows to pair,
+        so a name it has never seen cannot buy a narrower interval by saying `paired`."""
+        return self.paired and self.name in PAIRED_DESIGNS
+
+
 class Manifest(_Open):
     schema_: Literal["rsi-bundle/1"] = Field(alias="schema")
     verification_id: str
@@ -147,6 +184,13 @@ class Manifest(_Open):
     # Rounds until decided (None: fixed rounds), and the GPU time each side held.
     adaptive: Adaptive | None = None
     gpu_minutes: GpuMinutes | None = None
+    # How base and head were measured (None: a runner from before designs: sequential).
+    design: Design | None = None
+
+    @property
+    def measured_by(self) -> Design:
+        """The design the runs were measured by; absent, today's sequential rounds."""
+        return self.design if self.design is not None else Design(unit="round")
 
     # The engine reads these few fields of the open records above; a bundle where they
     # have another shape is refused with the field named, never a crash later on.
@@ -432,6 +476,50 @@ class AdaptiveResult(BaseModel):
     rows: list[AdaptiveRowResult] = Field(default_factory=list)
 
 
+class DesignServerResult(BaseModel):
+    """One server start of an alternating design, as the report shows it."""
+
+    side: Side
+    rows: list[str] = Field(default_factory=list)
+    startup_s: float | None = None
+    vram_mib: float | None = None
+    memory_fraction: float | None = None
+    gpu_memory_total_mib: float | None = None
+
+
+class DesignResult(BaseModel):
+    """Which design measured a GPU's runs and what it assumes. `summary` and `assumes`
+    are the engine's own words for a design it knows; what the runner wrote is kept
+    apart (`runner_summary`, `runner_assumes`, bounded) and is only ever quoted."""
+
+    name: str
+    recorded: bool = True  # False: the bundle predates `design` (read as sequential)
+    known: bool = True
+    paired: bool = False  # as the engine analysed the runs
+    unit: str = "round"
+    summary: str
+    assumes: list[str] = Field(default_factory=list)
+    burst_requests: int | None = None
+    servers: list[DesignServerResult] = Field(default_factory=list)
+    runner_summary: str | None = None
+    runner_assumes: list[str] = Field(default_factory=list)
+
+
+class HostCpu(BaseModel):
+    """The host CPU's own speed over a bundle's runs (each run's `host_cpu_ms`, a fixed
+    Python loop timed before the server starts): how much the machine itself moved."""
+
+    runs: int
+    min_ms: float
+    max_ms: float
+    cv_pct: float
+    median_base_ms: float | None = None
+    median_head_ms: float | None = None
+    side_gap_pct: float = 0.0  # head's median against base's
+    threshold_pct: float
+    steady: bool  # CV and side gap both within threshold_pct
+
+
 class GpuResult(BaseModel):
     verdict: Overall
     reason: str
@@ -447,6 +535,10 @@ class GpuResult(BaseModel):
     # rounds), and the GPU minutes of each side, start-ups included (None: not recorded).
     adaptive: AdaptiveResult | None = None
     gpu_minutes: GpuMinutes | None = None
+    # How base and head were measured, and how steady the host was (None: evidence
+    # from before these were recorded; no `host_cpu_ms` in the runs).
+    design: DesignResult | None = None
+    host_cpu: HostCpu | None = None
 
 
 class ClaimRowResult(BaseModel):

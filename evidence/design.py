@@ -1,0 +1,101 @@
+"""Which measurement design a bundle's runs followed, in the engine's own words.
+
+The manifest's `design` (docs/bundle.md) is written by the runner, so it is untrusted
+like every other manifest string. What a maintainer reads about a design the engine
+knows comes from the table here, keyed by name; the runner's own summary and
+assumptions are kept apart, bounded, and only ever shown quoted. A name the engine does
+not know is shown as the text it is and its runs are analysed unpaired.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from evidence import inert
+from evidence.model import DesignResult, DesignServerResult, Manifest
+
+LISTED = 16  # assumptions, server starts per side and rows per start kept from a manifest
+
+
+@dataclass(frozen=True)
+class Words:
+    title: str  # what the design is called where a maintainer reads it
+    unit: str  # the unit of replication: "round" or "burst"
+    summary: str  # how it measured; "{burst}" becomes " of N requests" when recorded
+    assumes: tuple[str, ...]
+
+
+DESIGNS: dict[str, Words] = {
+    "sequential": Words(
+        "sequential rounds",
+        "round",
+        "one server start per run; base and head rounds interleaved base, head, head, base",
+        (
+            "the machine's speed drifts alike for both sides over the rounds (the "
+            "interleaving balances a slow drift; a faster one widens the interval)",
+        ),
+    ),
+    "alternate": Words(
+        "alternating bursts",
+        "burst",
+        "both servers started once and kept resident on one GPU, the idle one frozen while "
+        "the other serves a burst{burst}; bursts alternate base, head, head, base",
+        (
+            "the host's speed drifts more slowly than a pair of bursts (seconds)",
+            "the two resident servers do not disturb each other while one is frozen",
+        ),
+    ),
+}
+
+UNKNOWN_SUMMARY = "not a design this engine knows; its runs are analysed unpaired"
+UNKNOWN_ASSUMES = ("base and head runs are independent samples of one steady machine",)
+
+
+def title(name: str) -> str:
+    """A design's name as a maintainer reads it ("alternating bursts")."""
+    w = DESIGNS.get(name)
+    return w.title if w else name
+
+
+def analysed(paired: bool, unit: str) -> str:
+    """How the engine compared the runs, in a few words."""
+    if paired:
+        return f"analysed as pairs (each base {unit} against the head {unit} beside it)"
+    return f"analysed unpaired (Welch's test on the {unit}s)"
+
+
+def _text(value: object, limit: int = inert.TEXT_LIMIT) -> str:
+    return inert.bound(inert.clean(value).strip(), limit)
+
+
+def design_result(m: Manifest) -> DesignResult:
+    """The evidence's account of `m`'s design: the engine's words for a known name, the
+    runner's own bounded and kept apart."""
+    d = m.measured_by
+    words = DESIGNS.get(d.name)
+    burst = f" of {d.burst_requests} requests" if d.burst_requests else ""
+    servers = [
+        DesignServerResult(
+            side=side,
+            rows=[_text(r, inert.NAME_LIMIT) for r in s.rows[:LISTED]],
+            startup_s=s.startup_s,
+            vram_mib=s.vram_mib,
+            memory_fraction=s.memory_fraction,
+            gpu_memory_total_mib=s.gpu_memory_total_mib,
+        )
+        for side in ("base", "head")
+        for s in d.servers.get(side, [])[:LISTED]
+    ]
+    return DesignResult(
+        name=_text(d.name, inert.NAME_LIMIT),
+        recorded=m.design is not None,
+        known=words is not None,
+        paired=d.analysed_paired,
+        unit=words.unit if words else _text(d.unit or "run", inert.NAME_LIMIT),
+        summary=words.summary.format(burst=burst) if words else UNKNOWN_SUMMARY,
+        assumes=list(words.assumes if words else UNKNOWN_ASSUMES),
+        burst_requests=d.burst_requests,
+        servers=servers,
+        runner_summary=_text(d.summary) if d.summary else None,
+        runner_assumes=[_text(a) for a in d.assumes[:LISTED]],
+    )
