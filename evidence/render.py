@@ -27,12 +27,14 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, pass_context, se
 from jinja2.runtime import Context
 from markupsafe import Markup
 
-from evidence import inert
+from evidence import design, inert
 from evidence.metrics import BY_NAME
 from evidence.model import (
+    DesignServerResult,
     Evidence,
     Finding,
     Headline,
+    HostCpu,
     Plot,
     RoundValue,
     Severity,
@@ -577,6 +579,127 @@ def environment_views(ev: Evidence) -> list[EnvView]:
     return views
 
 
+@dataclass(frozen=True)
+class ServerView:
+    """One server start of an alternating design: what it served, was given and used."""
+
+    side: str
+    rows: str
+    startup: str
+    memory: str  # "45% of 143,771 MiB given, 6,100 MiB used"
+
+
+@dataclass(frozen=True)
+class MethodView:
+    """Per GPU: which design measured the runs and what it assumes, in the engine's
+    words; the runner's own words apart (quoted in the report only); and how much the
+    host's CPU speed moved (`host`: only when it varied past the audit's threshold)."""
+
+    gpu: str
+    known: bool
+    name: str  # the recorded name (untrusted: rendered inert)
+    title: str  # the engine's name for a known design
+    summary: str
+    analysed: str
+    assumes: str  # "X; Y"
+    recorded: bool
+    runner_summary: str | None
+    runner_assumes: list[str]
+    servers: list[ServerView]
+    host: str | None  # "This runner's CPU speed varied 24% …" when it was unsteady
+    host_steady: str | None  # a short note when it held steady (report only)
+
+
+def _memory(s: DesignServerResult) -> str:
+    given = "not recorded"
+    if s.memory_fraction is not None:
+        given = f"{100 * s.memory_fraction:.0f}%"
+        if s.gpu_memory_total_mib is not None:
+            given += f" of {fmt_value(s.gpu_memory_total_mib, 'MiB')}"
+    return f"{given} given, {fmt_value(s.vram_mib, 'MiB')} used"
+
+
+def _loop(h: HostCpu) -> str:
+    """The fixed loop's range: "7.05–13.7 ms over 17 runs"."""
+    span = (
+        f"{h.min_ms:.3g} ms"
+        if f"{h.min_ms:.3g}" == f"{h.max_ms:.3g}"
+        else f"{h.min_ms:.3g}–{h.max_ms:.3g} ms"
+    )
+    return f"a fixed Python loop took {span} over {h.runs} runs"
+
+
+def host_words(h: HostCpu | None, paired: bool) -> tuple[str | None, str | None]:
+    """What the host's own CPU speed says of the evidence: (unsteady, steady) sentences,
+    at most one of them; neither when no run recorded it. "Varied" is the loop's CV."""
+    if h is None:
+        return None, None
+    if h.steady:
+        return None, f"This runner's CPU speed held steady ({h.cv_pct:.1f}% CV: {_loop(h)})."
+    parts = []
+    b, hd = h.median_base_ms, h.median_head_ms
+    one_side = bool(abs(h.side_gap_pct) > h.threshold_pct and b and hd)
+    if h.cv_pct > h.threshold_pct or not one_side:
+        parts.append(f"This runner's CPU speed varied {h.cv_pct:.0f}% (CV: {_loop(h)}).")
+    if one_side and b and hd:
+        slow, fast, ms_slow, ms_fast = (
+            ("head", "base", hd, b) if hd > b else ("base", "head", b, hd)
+        )
+        longer = (
+            f"{100 * (ms_slow / ms_fast - 1):.1f}% longer before {slow} runs than before "
+            f"{fast} runs (median {ms_slow:.3g} against {ms_fast:.3g} ms"
+        )
+        if parts:
+            parts.append(f"The loop took {longer}).")
+        else:
+            parts.append(
+                f"This runner's CPU was slower for the {slow} runs: a fixed Python loop took "
+                f"{longer}, over {h.runs} runs)."
+            )
+    more = "more pairs" if paired else "more rounds"
+    parts.append(
+        "A server bound by its CPU moves with the machine; a dedicated machine, or "
+        f"{more}, would narrow its interval."
+    )
+    return " ".join(parts), None
+
+
+def method_views(ev: Evidence) -> list[MethodView]:
+    """Per GPU with a recorded design (evidence from before designs has none)."""
+    out = []
+    for gpu, g in ev.gpus.items():
+        d = g.design
+        if d is None:
+            continue
+        host, steady = host_words(g.host_cpu, d.paired)
+        out.append(
+            MethodView(
+                gpu=gpu,
+                known=d.known,
+                name=d.name,
+                title=design.title(d.name) if d.known else d.name,
+                summary=d.summary,
+                analysed=design.analysed(d.paired, d.unit),
+                assumes="; ".join(d.assumes),
+                recorded=d.recorded,
+                runner_summary=d.runner_summary,
+                runner_assumes=d.runner_assumes,
+                servers=[
+                    ServerView(
+                        s.side,
+                        ", ".join(s.rows) or "not recorded",
+                        fmt_value(s.startup_s, "s"),
+                        _memory(s),
+                    )
+                    for s in d.servers
+                ],
+                host=host,
+                host_steady=steady,
+            )
+        )
+    return out
+
+
 STOP_WORDS = {
     "decided": "every primary row was improved, regressed or equivalent",
     "max-rounds": "the most rounds a side were run before a decision",
@@ -881,6 +1004,7 @@ def _md_context(ev: Evidence, report_url: str | None) -> dict[str, Any]:
         "repro": reproduce_view(ev),
         "counts": severity_counts(ev.audit),
         "rounds_views": rounds_views(ev),
+        "method_views": method_views(ev),
     }
 
 
@@ -996,6 +1120,7 @@ def render_report(ev: Evidence, out_dir: Path) -> str:
         counts=severity_counts(ev.audit),
         environments=environment_views(ev),
         rounds_views=rounds_views(ev),
+        method_views=method_views(ev),
         plots=plot_images(ev.plots, out_dir),
         rounds=sorted_rounds(ev),
         candidate=candidate_view(ev),
