@@ -148,7 +148,7 @@ class Design(_Open):
     A bundle without one is today's sequential rounds, unpaired."""
 
     name: str = "sequential"
-    paired: bool = False
+    paired: bool = Field(default=False, strict=True)
     unit: str | None = None
     summary: str | None = None
     assumes: list[str] = Field(default_factory=list)

@@ -18,6 +18,7 @@ import orjson
 import pytest
 
 from evidence.build import Inputs, build, write
+from evidence.errors import InputError
 from evidence.model import Evidence
 from evidence.render import render_check, render_comment, render_report
 from tests.bundles import edit_manifest, manifest, run_ids
@@ -203,13 +204,21 @@ def test_a_hostile_design_is_inert_bounded_and_unpaired(tmp_path: Path) -> None:
     assert "<b>burst" not in report
 
 
+@pytest.mark.parametrize(
+    ("design", "field"),
+    [
+        ({"name": "alternate", "paired": []}, r"design\.paired"),
+        ({"name": "alternate", "paired": "true"}, r"design\.paired"),
+        ({"name": 5}, r"design\.name"),
+        ({"servers": {"base": [{"memory_fraction": 1.5}]}}, r"memory_fraction"),
+        ({"burst_requests": -1}, r"design\.burst_requests"),
+    ],
+)
 def test_a_design_of_the_wrong_shape_refuses_the_bundle_naming_the_field(
-    tmp_path: Path,
+    tmp_path: Path, design: dict[str, Any], field: str
 ) -> None:
-    from evidence.errors import InputError
-
-    path = with_design(AA_EAGER, tmp_path / "bad.zip", {"name": "alternate", "paired": []})
-    with pytest.raises(InputError, match=r"design\.paired"):
+    path = with_design(AA_EAGER, tmp_path / "bad.zip", design)
+    with pytest.raises(InputError, match=field):
         build(Inputs(bundles=[path]))
 
 
