@@ -91,7 +91,7 @@ def design_result(m: Manifest) -> DesignResult:
         recorded=m.design is not None,
         known=words is not None,
         paired=d.analysed_paired,
-        unit=words.unit if words else _text(d.unit or "run", inert.NAME_LIMIT),
+        unit=words.unit if words else "run",  # the manifest's own unit is not echoed
         summary=words.summary.format(burst=burst) if words else UNKNOWN_SUMMARY,
         assumes=list(words.assumes if words else UNKNOWN_ASSUMES),
         burst_requests=d.burst_requests,

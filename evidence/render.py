@@ -388,6 +388,12 @@ def plot_src(p: Plot) -> Markup:
 # ------------------------------------------------------------------------- the views
 
 
+def unit_of(ev: Evidence, gpu: str) -> str:
+    """What one run of a GPU's bundle is: "round", or "burst" for an alternating design."""
+    g = ev.gpus.get(gpu)
+    return g.design.unit if g is not None and g.design is not None else "round"
+
+
 @dataclass(frozen=True)
 class ConfigView:
     """One GPU × mode × concurrency of the study, its rows split into shown and collapsed."""
@@ -400,6 +406,7 @@ class ConfigView:
     rows: list[StudyRow]  # all, in the study's order
     key: list[StudyRow]  # shown in Markdown
     other: list[StudyRow]  # collapsed, or left out when the text must be short
+    unit: str = "round"  # what one run is: "round", or "burst" for an alternating design
 
     @property
     def title(self) -> str:
@@ -411,8 +418,11 @@ def is_key_row(r: StudyRow) -> bool:
     return r.primary or r.guard or r.verdict == "regressed"
 
 
-def study_configs(rows: Iterable[StudyRow]) -> list[ConfigView]:
-    """Rows grouped by configuration (GPU, mode, concurrency), in the study's own order."""
+def study_configs(
+    rows: Iterable[StudyRow], units: Mapping[str, str] | None = None
+) -> list[ConfigView]:
+    """Rows grouped by configuration (GPU, mode, concurrency), in the study's own order;
+    `units` names what one run of each GPU is (default: a round)."""
     groups: dict[tuple[str, str, int], list[StudyRow]] = {}
     for r in rows:
         groups.setdefault((r.gpu, r.mode, r.concurrency), []).append(r)
@@ -426,6 +436,7 @@ def study_configs(rows: Iterable[StudyRow]) -> list[ConfigView]:
             rows=rs,
             key=[r for r in rs if is_key_row(r)],
             other=[r for r in rs if not is_key_row(r)],
+            unit=(units or {}).get(gpu, "round"),
         )
         for (gpu, mode, conc), rs in groups.items()
     ]
@@ -515,6 +526,7 @@ class EnvView:
     runner: str | None
     rounds_per_side: int
     rows: list[EnvRow]
+    unit: str = "round"
 
     @property
     def differs(self) -> list[str]:
@@ -575,7 +587,7 @@ def environment_views(ev: Evidence) -> list[EnvView]:
                 False,
             )
         )
-        views.append(EnvView(gpu, g.runner, g.rounds_per_side, rows))
+        views.append(EnvView(gpu, g.runner, g.rounds_per_side, rows, unit_of(ev, gpu)))
     return views
 
 
@@ -739,7 +751,7 @@ def rounds_views(ev: Evidence) -> list[RoundsView]:
                 f"{_minutes(gm.head)}), server start-ups included"
             )
         if a is None:
-            how = f"{g.rounds_per_side} rounds a side"
+            how = f"{g.rounds_per_side} {unit_of(ev, gpu)}s a side"
             out.append(RoundsView(gpu, how, None, None, None, [], minutes))
             continue
         cap = f"at most {a.max_rounds} a side" if a.max_rounds else "no cap"
@@ -751,7 +763,7 @@ def rounds_views(ev: Evidence) -> list[RoundsView]:
         out.append(
             RoundsView(
                 gpu,
-                f"rounds until decided ({cap})",
+                f"{unit_of(ev, gpu)}s until decided ({cap})",
                 a.stopped,
                 STOP_WORDS.get(a.stopped or "", "not recorded"),
                 a.method,
@@ -995,6 +1007,10 @@ def hard_trim(body: str, tail: str, limit: int) -> str:
 # --------------------------------------------------------------------- public renderers
 
 
+def units(ev: Evidence) -> dict[str, str]:
+    return {gpu: unit_of(ev, gpu) for gpu in ev.gpus}
+
+
 def _md_context(ev: Evidence, report_url: str | None) -> dict[str, Any]:
     return {
         "ev": ev,
@@ -1016,7 +1032,7 @@ def render_comment(ev: Evidence, report_url: str | None, limit: int | None = Non
     """The evidence comment, at most `limit` (COMMENT_LIMIT) characters, ending with
     Reproduce; the App passes a smaller limit to leave room for its ledger."""
     ctx = _md_context(ev, report_url)
-    configs = study_configs(ev.study)
+    configs = study_configs(ev.study, units(ev))
     n_other = sum(len(c.other) for c in configs)
 
     def render(d: Detail, with_tail: bool) -> str:
@@ -1115,7 +1131,7 @@ def render_report(ev: Evidence, out_dir: Path) -> str:
         "report.html.j2",
         ev=ev,
         verdict_note=verdict_note(ev),
-        configs=study_configs(ev.study),
+        configs=study_configs(ev.study, units(ev)),
         groups=audit_groups(ev.audit),
         counts=severity_counts(ev.audit),
         environments=environment_views(ev),
