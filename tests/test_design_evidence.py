@@ -108,6 +108,10 @@ def test_alternate_design_is_in_the_evidence_and_every_text(tmp_path: Path) -> N
         assert "analysed as pairs (each base burst against the head burst beside it)" in t[kind]
         assert "Assumes the host's speed drifts more slowly than a pair of bursts" in t[kind]
         assert ALTERNATE["summary"] not in t[kind]
+    # Runs are counted as what they are: bursts.
+    assert " head bursts)" in t["comment"]
+    assert "bursts until decided (at most 12 a side" in t["comment"]
+    assert "head rounds)" not in t["comment"]
     assert "45% of 143,771 MiB given, 6,100 MiB used" in t["report"]
     assert "8.10 s" in t["report"]
     assert (
