@@ -445,6 +445,11 @@ class StudyRow(BaseModel):
     guard_pct: float | None = None
     mde_pct: float | None = None
     note: str | None = None
+    # Which estimator ran: Welch's t on the rounds of each side, or the paired one on the
+    # differences of pairs measured close in time (a design with `paired`), and on how
+    # many complete pairs.
+    method: Literal["paired", "welch"] | None = None
+    pairs: int | None = None
 
 
 class Headline(BaseModel):

@@ -2,7 +2,9 @@
 
 Per docs/statistics.md: the unit is the round; the interval is a Welch t interval on the log
 ratio of per-round values (a percentile bootstrap over 3–10 rounds is too narrow). Rates
-that may be zero (WER, failure rate) are compared as differences instead.
+that may be zero (WER, failure rate) are compared as differences instead. A design that
+measures base and head in pairs close in time (`design.paired`) is compared on the pairs'
+differences instead (`compare_paired`): the host's drift, shared by a pair, cancels.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+import numpy.typing as npt
 from scipy import stats
 
 from evidence.records import FloatArray
@@ -92,6 +95,85 @@ def compare(
         p=p,
         mde=rel(mde),
         delta_abs=d,
+        lo_abs=lo,
+        hi_abs=hi,
+    )
+
+
+def paired_fit(d: FloatArray, head_second: npt.NDArray[np.bool_]) -> tuple[float, float, int]:
+    """The mean pair difference, its standard error and degrees of freedom.
+
+    With each order (head second, head first) at least twice and n ≥ 4: OLS of
+    d = μ + γ·s (s = +1 when head ran second, −1 when first), so an order effect — the
+    second burst of a pair running faster or slower — is neither in the estimate nor in
+    the noise. With ±1 coding that fit is closed-form: μ̂ is the mean of the two order
+    groups' means, γ̂ half their difference, the residuals the deviations within each
+    group (df n − 2). Otherwise a one-sample t on d (df n − 1).
+    """
+    n = int(d.size)
+    second, first = d[head_second], d[~head_second]
+    if n >= 4 and second.size >= 2 and first.size >= 2:
+        m2, m1 = float(second.mean()), float(first.mean())
+        rss = float(((second - m2) ** 2).sum() + ((first - m1) ** 2).sum())
+        var = rss / (n - 2)
+        se = math.sqrt(var / 4.0 * (1.0 / second.size + 1.0 / first.size))
+        return 0.5 * (m2 + m1), se, n - 2
+    return float(d.mean()), float(d.std(ddof=1)) / math.sqrt(n) if n > 1 else math.nan, n - 1
+
+
+def compare_paired(
+    base: FloatArray,
+    head: FloatArray,
+    head_second: npt.NDArray[np.bool_],
+    scale: Literal["log", "diff"],
+    alpha: float = 0.05,
+    power: float = 0.8,
+) -> Comparison:
+    """Compare per-pair values (`base[i]` and `head[i]` measured as pair i, `head_second[i]`
+    when head ran second); pairs with a missing figure are left out. The same fields as
+    `compare`; no interval from fewer than two pairs."""
+    ok = np.isfinite(base) & np.isfinite(head)
+    base, head, second = base[ok], head[ok], head_second[ok]
+    if base.size == 0:
+        return _EMPTY
+    if scale == "log" and (base.min() <= 0 or head.min() <= 0):
+        scale = "diff"  # as in `compare`: a zero or negative figure has no ratio
+    d = np.log(head) - np.log(base) if scale == "log" else head - base
+    mu, se, df = paired_fit(d, second)
+    lo = hi = p = mde = None
+    if df >= 1:
+        if se == 0.0:
+            lo = hi = mu  # identical differences: the difference is exact
+            p = 1.0 if mu == 0.0 else 0.0
+            mde = 0.0
+        else:
+            q = float(stats.t.ppf(1 - alpha / 2, df))
+            lo, hi = mu - q * se, mu + q * se
+            p = float(2.0 * stats.t.sf(abs(mu) / se, df))
+            mde = float((q + stats.t.ppf(power, df)) * se)
+    if scale == "log":
+        return Comparison(
+            delta=math.expm1(mu),
+            lo=None if lo is None else math.expm1(lo),
+            hi=None if hi is None else math.expm1(hi),
+            p=p,
+            mde=None if mde is None else math.expm1(mde),
+            delta_abs=float(head.mean() - base.mean()),
+            lo_abs=None,
+            hi_abs=None,
+        )
+    ref = float(base.mean())
+
+    def rel(v: float | None) -> float | None:
+        return None if v is None or ref == 0 else v / ref
+
+    return Comparison(
+        delta=rel(mu),
+        lo=rel(lo),
+        hi=rel(hi),
+        p=p,
+        mde=rel(mde),
+        delta_abs=mu,
         lo_abs=lo,
         hi_abs=hi,
     )

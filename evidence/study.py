@@ -4,31 +4,55 @@ Primary rows (the claim's metric and mode on every GPU and concurrency; without 
 request throughput everywhere) are Holm-corrected and decide the verdict. Other rows keep
 their own 95% intervals and decide nothing except through guards (latency and TTFA p95
 everywhere; the primary metric and request throughput on the rows that are not primary).
+
+A bundle whose manifest says `design.paired` (base and head of the same mode, concurrency
+and round measured close in time) is compared pair by pair (`stats.compare_paired`);
+every other bundle, and every one written before designs were recorded, by Welch's t on
+the rounds of each side.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from evidence.load import LoadedRun, Source
 from evidence.metrics import ACCURACY, BY_NAME, METRICS, Metric, canonical
-from evidence.model import ClaimSpec, Mode, StudyRow, Verdict
+from evidence.model import ClaimSpec, Manifest, Mode, StudyRow, Verdict
 from evidence.policy import Policy
-from evidence.stats import Comparison, compare, holm
+from evidence.records import FloatArray
+from evidence.stats import Comparison, compare, compare_paired, holm
 
 ConfigKey = tuple[str, Mode, int]
 
 
+Pair = tuple[LoadedRun, LoadedRun]  # (base, head) of one round
+
+
 @dataclass
 class Cell:
-    """The usable runs of one configuration, by side."""
+    """The usable runs of one configuration, by side; in a paired design also its
+    complete pairs (`pairs` is None for an unpaired one) and how many were incomplete."""
 
     base: list[LoadedRun]
     head: list[LoadedRun]
     requests_per_round: int
+    pairs: list[Pair] | None = None
+    incomplete: int = 0
+
+
+@dataclass
+class _Pairing:
+    rounds: dict[tuple[int, int], dict[str, list[LoadedRun]]] = field(default_factory=dict)
+    unpaired: bool = False  # a source of this configuration is not of a paired design
+
+
+def is_paired(manifest: Manifest) -> bool:
+    """Whether a bundle's runs are analysed as pairs: its design pairs them and is one
+    the engine knows (`Design.analysed_paired`)."""
+    return manifest.measured_by.analysed_paired
 
 
 def cells(sources: list[Source]) -> dict[ConfigKey, Cell]:
@@ -36,24 +60,59 @@ def cells(sources: list[Source]) -> dict[ConfigKey, Cell]:
         lambda: {"base": [], "head": []}
     )
     reqs: dict[ConfigKey, list[int]] = defaultdict(list)
-    for src in sources:
+    pairing: dict[ConfigKey, _Pairing] = defaultdict(_Pairing)
+    for si, src in enumerate(sources):
+        paired = is_paired(src.manifest)
         for lr in src.runs:
+            key = (src.gpu, lr.run.mode, lr.run.concurrency)
+            if paired:  # every planned run counts, so a failed burst shows as incomplete
+                rounds = pairing[key].rounds.setdefault((si, lr.run.round), {})
+                rounds.setdefault(lr.run.side, [])
+                if lr.usable:
+                    rounds[lr.run.side].append(lr)
             if not lr.usable:
                 continue
-            key = (src.gpu, lr.run.mode, lr.run.concurrency)
+            if not paired:
+                pairing[key].unpaired = True
             by_key[key][lr.run.side].append(lr)
             if lr.records is not None:
                 reqs[key].append(int(lr.records.success.sum()))
             elif lr.run.requests:
                 reqs[key].append(lr.run.requests)
-    return {
-        k: Cell(v["base"], v["head"], min(reqs[k]) if reqs[k] else 0)
-        for k, v in sorted(by_key.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2]))
-    }
+    out: dict[ConfigKey, Cell] = {}
+    for k, v in sorted(by_key.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
+        cell = Cell(v["base"], v["head"], min(reqs[k]) if reqs[k] else 0)
+        pg = pairing.get(k)
+        if pg is not None and not pg.unpaired and pg.rounds:
+            cell.pairs = []
+            for _, sides in sorted(pg.rounds.items()):
+                b, h = sides.get("base", []), sides.get("head", [])
+                if len(b) == 1 and len(h) == 1:
+                    cell.pairs.append((b[0], h[0]))
+                else:
+                    cell.incomplete += 1
+        out[k] = cell
+    return out
 
 
 def _values(runs: list[LoadedRun], metric: str) -> np.ndarray:
     return np.array([lr.metrics.get(metric) for lr in runs], dtype=np.float64)
+
+
+def _compare(
+    cell: Cell, metric: Metric, policy: Policy
+) -> tuple[Comparison, FloatArray, FloatArray]:
+    """The row's comparison and the values it compared, per side (paired: of the pairs
+    that have the metric on both sides)."""
+    if cell.pairs is None:
+        b, h = _values(cell.base, metric.name), _values(cell.head, metric.name)
+        return compare(b, h, metric.scale, policy.alpha, policy.power), b, h
+    b = _values([p[0] for p in cell.pairs], metric.name)
+    h = _values([p[1] for p in cell.pairs], metric.name)
+    second = np.array([hr.order > br.order for br, hr in cell.pairs], dtype=np.bool_)
+    ok = np.isfinite(b) & np.isfinite(h)
+    c = compare_paired(b[ok], h[ok], second[ok], metric.scale, policy.alpha, policy.power)
+    return c, b[ok], h[ok]
 
 
 def _pct(x: float | None) -> float | None:
@@ -109,7 +168,9 @@ def build_study(
             b, h = _values(cell.base, metric.name), _values(cell.head, metric.name)
             if not np.isfinite(b).any() or not np.isfinite(h).any():
                 continue
-            c = compare(b, h, metric.scale, policy.alpha, policy.power)
+            c, b, h = _compare(cell, metric, policy)
+            if cell.pairs is not None and b.size == 0:
+                continue  # no pair has the figure on both sides: nothing to compare
             note = None
             tail_short = (
                 metric.tail is not None and cell.requests_per_round * (1 - metric.tail / 100) < 1
@@ -145,9 +206,13 @@ def build_study(
                 threshold_pct=None if metric.scale == "diff" else policy.threshold_pct,
                 threshold_abs=row_threshold(metric, policy) if metric.scale == "diff" else None,
                 note=note,
+                method="welch" if cell.pairs is None else "paired",
+                pairs=None if cell.pairs is None else int(b.size),
             )
-            if row.n_base < 2 or row.n_head < 2:
+            if cell.pairs is None and (row.n_base < 2 or row.n_head < 2):
                 row.note = "fewer than 2 rounds on a side: no interval"
+            elif cell.pairs is not None:
+                _note_pairs(row, len(cell.pairs) + cell.incomplete - int(b.size))
             rows.append(row)
             comps.append(c)
     measured = any(r.primary for r in rows)
@@ -157,6 +222,18 @@ def build_study(
     _correct_primary(rows, comps, policy)
     _apply_guards(rows, policy)
     return rows, measured or claim is None
+
+
+def _note_pairs(row: StudyRow, left_out: int) -> None:
+    """A paired row says when it has no interval, and how many pairs it left out."""
+    notes = [row.note] if row.note else []
+    if (row.pairs or 0) < 2:
+        notes.append("fewer than 2 complete pairs: no interval")
+    if left_out:
+        notes.append(
+            f"{left_out} incomplete pair(s) left out (a side's run failed or lacks the figure)"
+        )
+    row.note = "; ".join(notes) or None
 
 
 def _correct_primary(rows: list[StudyRow], comps: list[Comparison], policy: Policy) -> None:
@@ -169,10 +246,12 @@ def _correct_primary(rows: list[StudyRow], comps: list[Comparison], policy: Poli
             continue
         new = _verdict(BY_NAME[row.metric], comps[i], p_adj, policy)
         if new != row.verdict and len(idx) > 1:
-            row.note = (
+            holm_note = (
                 f"not significant after Holm correction over {len(idx)} primary rows "
                 f"(adjusted p = {p_adj:.3g})"
             )
+            # a paired row's note on left-out pairs stays (an unpaired row has none here)
+            row.note = f"{holm_note}; {row.note}" if row.note else holm_note
         row.verdict = new
 
 

@@ -3,10 +3,11 @@
 After every pair of rounds (one base run and one head run of a mode and concurrency) the
 runner asks `decide` whether the primary metric — throughput, compared as the log ratio
 of head to base per-round values (Welch's t, as the evidence engine does) — is already
-decided. The intervals are *repeated confidence intervals* (Jennison & Turnbull): their
-critical values come from Lan-DeMets alpha spending, so the chance that any look of the
-sequence errs stays within alpha however many looks are taken (docs/statistics.md,
-"Adaptive rounds").
+decided; in a paired design, `decide_paired` asks it of the pairs' differences. The
+intervals are *repeated confidence intervals* (Jennison & Turnbull): their critical
+values come from Lan-DeMets alpha spending, so the chance that any look of the sequence
+errs stays within alpha however many looks are taken (docs/statistics.md, "Adaptive
+rounds").
 
 - improved / regressed: the efficacy interval (two-sided, `alpha` split over the primary
   rows, Pocock-type spending: most of it is available early, so a large effect stops
@@ -339,6 +340,18 @@ class Design:
             f"{self.alpha_eq:g})"
         )
 
+    @property
+    def paired_method(self) -> str:
+        """`method` for a paired design (`decide_paired`)."""
+        return (
+            f"group-sequential paired t on log(head/base) per pair, adjusted for which side "
+            f"ran second: repeated confidence intervals, Lan-DeMets {self.efficacy_spending}-"
+            f"type spending for improved/regressed (two-sided alpha {self.alpha:g} over "
+            f"{self.rows} primary row(s)), {self.equivalence_spending}-type for equivalence "
+            f"(two one-sided tests at {self.alpha_eq:g}); information: pairs over "
+            f"{self.max_rounds}"
+        )
+
 
 @dataclass
 class Look:
@@ -413,7 +426,24 @@ def decide(seq: Row, base: Sequence[float], head: Sequence[float]) -> Look:
     xb = [math.log(v) for v in base]
     xh = [math.log(v) for v in head]
     diff, se, df = welch(xb, xh)
-    frac = fraction(d, nb, nh)
+    return _judge(seq, nb, nh, fraction(d, nb, nh), diff, se, df)
+
+
+def _judge(
+    seq: Row,
+    nb: int,
+    nh: int,
+    frac: float,
+    diff: float,
+    se: float,
+    df: float,
+    union: bool = False,
+) -> Look:
+    """The look at an estimate (log ratio), its standard error and degrees of freedom
+    at information fraction `frac`: repeated intervals from the spending boundaries.
+    `union`: the efficacy interval takes this look's own share of alpha (the spending
+    increment) as its level, a union bound that holds whatever the looks' correlation."""
+    d = seq.design
     new = not seq.fracs or frac > seq.fracs[-1] + 1e-9
     if new:
         seq.fracs.append(frac)
@@ -424,7 +454,7 @@ def decide(seq: Row, base: Sequence[float], head: Sequence[float]) -> Look:
     if se == 0.0:
         t_eff = t_eq = t_pow = 0.0
     else:
-        t_eff = _t_at(norm_sf(c_eff), df)
+        t_eff = _t_at(_increment(seq, d) if union else norm_sf(c_eff), df)
         t_eq = _t_at(norm_sf(c_eq), df)
         t_pow = t_isf(1.0 - d.power, df)
     lo, hi = diff - t_eff * se, diff + t_eff * se
@@ -454,6 +484,63 @@ def decide(seq: Row, base: Sequence[float], head: Sequence[float]) -> Look:
     )
     seq.looks.append(look)
     return look
+
+
+def paired_fit(d: Sequence[float], head_second: Sequence[bool]) -> tuple[float, float, float]:
+    """The mean pair difference, its standard error and degrees of freedom, as the engine
+    computes them (evidence/stats.py `paired_fit`): with each order at least twice and
+    n ≥ 4, OLS of d = μ + γ·s (s = +1 when head ran second), whose μ̂ is the mean of the
+    two order groups' means and whose residuals are the deviations within each group
+    (df n − 2), so who went first is neither in the estimate nor in the noise; otherwise
+    a one-sample t (df n − 1)."""
+    n = len(d)
+    second = [x for x, s2 in zip(d, head_second, strict=True) if s2]
+    first = [x for x, s2 in zip(d, head_second, strict=True) if not s2]
+    if n >= 4 and len(second) >= 2 and len(first) >= 2:
+        m2, m1 = sum(second) / len(second), sum(first) / len(first)
+        rss = sum((x - m2) ** 2 for x in second) + sum((x - m1) ** 2 for x in first)
+        se2 = rss / (n - 2) / 4.0 * (1.0 / len(second) + 1.0 / len(first))
+        return 0.5 * (m2 + m1), math.sqrt(se2), float(n - 2)
+    m = sum(d) / n
+    var = sum((x - m) ** 2 for x in d) / (n - 1)
+    return m, math.sqrt(var / n), float(n - 1)
+
+
+def decide_paired(
+    seq: Row, base: Sequence[float], head: Sequence[float], head_second: Sequence[bool]
+) -> Look:
+    """`decide` for a paired design: `base[i]` and `head[i]` are pair i's throughput
+    (> 0), measured close in time, `head_second[i]` true when head ran second. The
+    statistic is the pairs' log ratio (`paired_fit`), the information fraction
+    n / max_rounds (max_rounds: the most pairs); spending and verdicts as in `decide`.
+    Pairs in which a side failed are the caller's to leave out.
+
+    One difference: the efficacy interval of each look is taken at that look's own share
+    of alpha (a union bound), not at the boundary's nominal level. With one pair a look
+    and n − 1 degrees of freedom the variance estimate moves so much from look to look
+    that the t statistics are far less correlated than the normal ones the boundaries
+    assume: at the nominal level an A/A at pair SD 20% came out improved or regressed in
+    6.4% of 2,000 studies, with the union bound in 2.6% (tests/test_calibration_drift.py).
+    """
+    d = seq.design
+    n = len(base)
+    if len(head) != n or len(head_second) != n:
+        raise ValueError("base, head and head_second must have one entry a pair")
+    if n < d.min_rounds:
+        look = Look(n, n, 0.0, None, None, None, None, None, None, CONTINUE)
+        seq.looks.append(look)
+        return look
+    diffs = [math.log(h) - math.log(b) for b, h in zip(base, head, strict=True)]
+    diff, se, df = paired_fit(diffs, head_second)
+    return _judge(seq, n, n, min(1.0, n / d.max_rounds), diff, se, df, union=True)
+
+
+def _increment(seq: Row, d: Design) -> float:
+    """The efficacy alpha (one side) spent at the row's last look."""
+    spend = SPENDING[d.efficacy_spending]
+    side = d.alpha / d.rows / 2.0
+    prev = spend(seq.fracs[-2], side) if len(seq.fracs) > 1 else 0.0
+    return spend(seq.fracs[-1], side) - prev
 
 
 def _t_at(p: float, df: float) -> float:
