@@ -131,3 +131,90 @@ def test_a_200_percent_gain_is_decided_in_at_most_3_rounds_a_side_on_average(cv:
     verdicts, rounds = _run(cv, 2.0, 200, seed=13)
     assert verdicts[s.IMPROVED] == 200, verdicts
     assert rounds <= 3.0  # measured 2.02, 2.29, 2.86
+
+
+# ------------------------------------------------------------------ paired designs
+
+
+def _ols(d: list[float], second: list[bool]) -> tuple[float, float]:
+    """SciPy's OLS of d on the order (±1): the intercept and its standard error."""
+    x = np.where(second, 1.0, -1.0)
+    fit = stats.linregress(x, d)
+    return float(fit.intercept), float(fit.intercept_stderr)
+
+
+def test_paired_fit_matches_scipy() -> None:
+    rng = np.random.default_rng(3)
+    for n in (4, 5, 7, 12, 20):
+        d = list(rng.normal(0.02, 0.03, n))
+        second = [i % 2 == 0 for i in range(n)]
+        if n == 7:
+            second = [True, True, True, True, True, False, False]
+        mu, se, df = s.paired_fit(d, second)
+        want_mu, want_se = _ols(d, second)
+        assert mu == pytest.approx(want_mu, rel=1e-12, abs=1e-15)
+        assert se == pytest.approx(want_se, rel=1e-10)
+        assert df == n - 2
+    # too few of one order, or n < 4: a one-sample t, df n − 1
+    for d, second in (([0.01, 0.03, 0.02], [True, False, True]),
+                      ([0.01, 0.03, 0.02, 0.05], [True, True, True, False])):  # fmt: skip
+        mu, se, df = s.paired_fit(d, second)
+        res = stats.ttest_1samp(d, 0.0)
+        assert mu == pytest.approx(np.mean(d))
+        assert mu / se == pytest.approx(res.statistic, rel=1e-10)
+        assert df == len(d) - 1
+
+
+def test_decide_paired_reads_pairs_with_the_order_taken_out() -> None:
+    d = s.Design(max_rounds=20)
+    # head 10% faster, and whoever runs second another 5%: the estimate is the 10%
+    base, head, second = [], [], []
+    for i in range(8):
+        hs = i % 2 == 0
+        b, h = 100.0 * (1 + 0.001 * i), 110.0 * (1 + 0.001 * i) * (1 + 0.002 * (i % 3))
+        base.append(b * (1.05 if not hs else 1.0))
+        head.append(h * (1.05 if hs else 1.0))
+        second.append(hs)
+    look = s.decide_paired(s.Row(d), base, head, second)
+    diffs = list(np.log(head) - np.log(base))
+    mu, _ = _ols(diffs, second)
+    assert look.delta == pytest.approx(math.expm1(mu))
+    assert look.delta == pytest.approx(0.10, abs=0.003)
+    assert look.verdict == s.IMPROVED
+    assert look.fraction == pytest.approx(8 / 20)
+    assert (look.base_rounds, look.head_rounds) == (8, 8)
+    # one pair: no look; the same pairs again: no new decision, nothing spent
+    assert s.decide_paired(s.Row(d), [100.0], [110.0], [True]).verdict == s.CONTINUE
+    row = s.Row(d)
+    s.decide_paired(row, base[:3], head[:3], second[:3])
+    assert s.decide_paired(row, base[:3], head[:3], second[:3]).verdict == s.CONTINUE
+    assert row.fracs == [3 / 20]
+    with pytest.raises(ValueError, match="one entry a pair"):
+        s.decide_paired(s.Row(d), base, head[:-1], second)
+
+
+def test_decide_paired_intervals_are_the_union_bound_of_the_spending() -> None:
+    """Each look's efficacy interval is a t interval at that look's share of alpha."""
+    d = s.Design(max_rounds=10)
+    rng = np.random.default_rng(9)
+    base = list(100 * np.exp(rng.normal(0, 0.02, 10)))
+    head = list(103 * np.exp(rng.normal(0, 0.02, 10)))
+    second = [i % 2 == 0 for i in range(10)]
+    row = s.Row(d)
+    spent = 0.0
+    for n in range(2, 7):
+        look = s.decide_paired(row, base[:n], head[:n], second[:n])
+        diffs = list(np.log(head[:n]) - np.log(base[:n]))
+        mu, se, df = s.paired_fit(diffs, second[:n])
+        now = s.spend_pocock(n / 10, 0.025)
+        q = stats.t.isf(now - spent, df)
+        spent = now
+        assert look.lo == pytest.approx(math.expm1(mu - q * se), rel=1e-7)
+        assert look.hi == pytest.approx(math.expm1(mu + q * se), rel=1e-7)
+        if look.verdict != s.CONTINUE:
+            break
+
+
+def test_paired_design_method_names_the_pairs() -> None:
+    assert "paired t" in s.Design(max_rounds=20).paired_method
+    assert "pairs over 20" in s.Design(max_rounds=20).paired_method
