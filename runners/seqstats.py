@@ -520,7 +520,7 @@ def decide_paired(
     and n − 1 degrees of freedom the variance estimate moves so much from look to look
     that the t statistics are far less correlated than the normal ones the boundaries
     assume: at the nominal level an A/A at pair SD 20% came out improved or regressed in
-    6.4% of 2,000 studies, with the union bound in 2.6% (tests/test_calibration_drift.py).
+    5.3% of 1,000 studies, with the union bound in 1.9% (tests/test_calibration_drift.py).
     """
     d = seq.design
     n = len(base)

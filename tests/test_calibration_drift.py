@@ -384,3 +384,26 @@ def test_the_runner_and_the_engine_compute_the_same_paired_interval() -> None:
         assert look.lo is not None
         assert row.ci_low_pct is not None
         assert 100.0 * look.lo <= row.ci_low_pct + 1e-6
+
+
+def test_the_union_bound_holds_alpha_where_the_nominal_level_does_not() -> None:
+    """At pair SD 20% with a look after every pair, the t statistics at the nominal level
+    of the normal boundaries cross more often than alpha; each look at its own share of
+    alpha (what `decide_paired` does) does not."""
+    rng = random.Random(17)
+    n = 1000
+    false = {True: 0, False: 0}
+    for _ in range(n):
+        base, head, second = alternate(rng, FAST_20, 0.0, MAX_PAIRS)
+        diffs = [math.log(h / b) for b, h in zip(base, head, strict=True)]
+        for union in (True, False):
+            row = s.Row(DESIGN)
+            for k in range(2, MAX_PAIRS + 1):
+                mu, se, df = s.paired_fit(diffs[:k], second[:k])
+                look = s._judge(row, k, k, k / MAX_PAIRS, mu, se, df, union=union)
+                if look.verdict != s.CONTINUE:
+                    false[union] += look.verdict in FALSE
+                    break
+    print(f"A/A at pair SD 20%: union bound {false[True] / n:.1%}, nominal {false[False] / n:.1%}")
+    assert false[True] / n <= 0.05
+    assert false[False] > false[True]
