@@ -137,6 +137,15 @@ def hostile_evidence(root: Path) -> Evidence:
         failed["status"] = "failed"
         failed["error"] = ALL
         failed["log_tail"] = "starting\n" + TAGGED[4] + TAGGED[3] + TAGGED[1]
+        # A design the engine does not know, every word of it the attacker's.
+        doc["design"] = {
+            "name": TAGGED[5] + TAGGED[0] + LONG,
+            "paired": True,
+            "unit": TAGGED[6],
+            "summary": ALL + CONTROL,
+            "assumes": [ALL, TAGGED[9] + LONG],
+            "servers": {"base": [{"rows": [ALL], "memory_fraction": 0.5}]},
+        }
 
     edit_manifest(bundle, manifest)
     ev, _ = build(Inputs(bundles=[bundle], candidate=hostile_candidate()))
@@ -327,6 +336,9 @@ def test_hostile_words_render_as_text_everywhere(evidence: Evidence) -> None:
         headings = [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "heading_open"]
         assert "Reproduce" in headings, f"{where}: the Reproduce section was swallowed"
     assert texts["PR body section"].rstrip().endswith(SECTION_END)
+    # The attacker's design is named, as text, and analysed as nothing it claims.
+    assert "H5:" in visible(texts["evidence comment"]).split("How it was measured")[1]
+    assert "not a design this engine knows" in texts["check summary"]
     # A pipe stays inside its table cell.
     cells = [
         visible(t.content) for t in walk(MD.parse(texts["evidence comment"])) if t.type == "inline"
