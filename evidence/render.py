@@ -407,6 +407,7 @@ class ConfigView:
     key: list[StudyRow]  # shown in Markdown
     other: list[StudyRow]  # collapsed, or left out when the text must be short
     unit: str = "round"  # what one run is: "round", or "burst" for an alternating design
+    pairs: int | None = None  # complete pairs compared, when the rows were paired
 
     @property
     def title(self) -> str:
@@ -437,6 +438,7 @@ def study_configs(
             key=[r for r in rs if is_key_row(r)],
             other=[r for r in rs if not is_key_row(r)],
             unit=(units or {}).get(gpu, "round"),
+            pairs=max((r.pairs or 0 for r in rs if r.method == "paired"), default=None),
         )
         for (gpu, mode, conc), rs in groups.items()
     ]

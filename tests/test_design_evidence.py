@@ -109,7 +109,8 @@ def test_alternate_design_is_in_the_evidence_and_every_text(tmp_path: Path) -> N
         assert "Assumes the host's speed drifts more slowly than a pair of bursts" in t[kind]
         assert ALTERNATE["summary"] not in t[kind]
     # Runs are counted as what they are: bursts.
-    assert " head bursts)" in t["comment"]
+    assert "8 base / 8 head bursts, compared as 8 pairs)" in t["comment"]
+    assert "in a configuration compared as pairs, the paired test" in t["report"]
     assert "bursts until decided (at most 12 a side" in t["comment"]
     assert "head rounds)" not in t["comment"]
     assert "45% of 143,771 MiB given, 6,100 MiB used" in t["report"]
@@ -157,6 +158,7 @@ def test_no_design_reads_as_sequential_unpaired() -> None:
     comment = render_comment(ev, None)
     assert "- **H200**: sequential rounds: one server start per run" in comment
     assert "analysed unpaired (Welch's test on the rounds)" in comment
+    assert "compared as" not in comment
 
 
 def test_evidence_from_before_designs_still_reads_and_renders(tmp_path: Path) -> None:
