@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
+from evidence.design import DESIGNS
 from evidence.load import Source
 from evidence.model import Link, Reproduce
 
@@ -37,6 +38,13 @@ def links(github_url: str, sources: list[Source]) -> list[Link]:
     return out
 
 
+def _design_flag(src: Source) -> str:
+    """`--design NAME` for a design the engine knows other than the runner's default;
+    a name it does not know is never put in a command."""
+    name = src.manifest.measured_by.name
+    return f" --design {name}" if name in DESIGNS and name != "sequential" else ""
+
+
 def reproduce(github_url: str, sources: list[Source], rounds: int) -> Reproduce | None:
     if not sources:
         return None
@@ -51,9 +59,9 @@ def reproduce(github_url: str, sources: list[Source], rounds: int) -> Reproduce 
     cmd = "\n".join(
         f"rsi-runner verify --repo {root}/{m.repo} --base {m.base.sha} "
         f"--head-repo {root}/{head_repo} --head {m.head.sha} --task {m.task} "
-        f"--gpu {gpu.lower()} --rounds {rounds} --modes {','.join(modes)} "
-        f"--out bundle-{gpu.lower()}"
-        for gpu in gpus
+        f"--gpu {s.gpu.lower()} --rounds {rounds} --modes {','.join(modes)}"
+        f"{_design_flag(s)} --out bundle-{s.gpu.lower()}"
+        for s in sources
     )
     return Reproduce(
         command=cmd,

@@ -113,6 +113,7 @@ def test_alternate_design_is_in_the_evidence_and_every_text(tmp_path: Path) -> N
     assert "in a configuration compared as pairs, the paired test" in t["report"]
     assert "bursts until decided (at most 12 a side" in t["comment"]
     assert "head rounds)" not in t["comment"]
+    assert "--modes streaming --design alternate --out bundle-h200" in t["comment"]
     assert "45% of 143,771 MiB given, 6,100 MiB used" in t["report"]
     assert "8.10 s" in t["report"]
     assert (
@@ -159,6 +160,7 @@ def test_no_design_reads_as_sequential_unpaired() -> None:
     assert "- **H200**: sequential rounds: one server start per run" in comment
     assert "analysed unpaired (Welch's test on the rounds)" in comment
     assert "compared as" not in comment
+    assert "--design" not in comment  # the runner's default
 
 
 def test_evidence_from_before_designs_still_reads_and_renders(tmp_path: Path) -> None:
@@ -204,6 +206,7 @@ def test_a_hostile_design_is_inert_bounded_and_unpaired(tmp_path: Path) -> None:
         assert "](https://evil" not in md
         assert "</details>" not in md.split("How it was measured")[1].split("###")[0]
         assert "xxxxx" not in md  # the runner's free text stays out of the Markdown
+        assert "--design" not in md  # an unknown name is never put in a command
     report = t["report"]
     assert "<img src=x" not in report
     assert "&lt;img src=x onerror=alert(1)&gt;" in report
