@@ -615,7 +615,7 @@ class MethodView:
     title: str  # the engine's name for a known design
     summary: str
     analysed: str
-    assumes: str  # "X; Y"
+    assumes: str  # "X, and that Y"
     recorded: bool
     runner_summary: str | None
     runner_assumes: list[str]
@@ -625,12 +625,23 @@ class MethodView:
 
 
 def _memory(s: DesignServerResult) -> str:
-    given = "not recorded"
+    """ "45% of 143,771 MiB given, 6,100 MiB used", each part only when recorded."""
+    parts = []
     if s.memory_fraction is not None:
         given = f"{100 * s.memory_fraction:.0f}%"
         if s.gpu_memory_total_mib is not None:
             given += f" of {fmt_value(s.gpu_memory_total_mib, 'MiB')}"
-    return f"{given} given, {fmt_value(s.vram_mib, 'MiB')} used"
+        parts.append(f"{given} given")
+    if s.vram_mib is not None:
+        parts.append(f"{fmt_value(s.vram_mib, 'MiB')} used")
+    return ", ".join(parts) or "not recorded"
+
+
+def _and_that(items: list[str]) -> str:
+    """Assumptions as one clause: "a", "a, and that b", "a, that b, and that c"."""
+    if len(items) < 2:
+        return "".join(items)
+    return ", that ".join(items[:-1]) + ", and that " + items[-1]
 
 
 def _loop(h: HostCpu) -> str:
@@ -694,7 +705,7 @@ def method_views(ev: Evidence) -> list[MethodView]:
                 title=design.title(d.name) if d.known else d.name,
                 summary=d.summary,
                 analysed=design.analysed(d.paired, d.unit),
-                assumes="; ".join(d.assumes),
+                assumes=_and_that(d.assumes),
                 recorded=d.recorded,
                 runner_summary=d.runner_summary,
                 runner_assumes=d.runner_assumes,
