@@ -625,7 +625,8 @@ class MethodView:
 
 
 def _memory(s: DesignServerResult) -> str:
-    """ "45% of 143,771 MiB given, 6,100 MiB used", each part only when recorded."""
+    """What a server was given and used (45% of 143,771 MiB given, 6,100 MiB used),
+    each part only when recorded."""
     parts = []
     if s.memory_fraction is not None:
         given = f"{100 * s.memory_fraction:.0f}%"
