@@ -185,6 +185,13 @@ def parser() -> argparse.ArgumentParser:
         default=3.0,
         help="with --rounds auto: the practical threshold, percent (3)",
     )
+    opt.add_argument(
+        "--design",
+        choices=("sequential", "alternate"),
+        default="sequential",
+        help="sequential (default): a server start per run; alternate: both servers resident "
+        "on one GPU, the idle one frozen, bursts of --requests alternating (runners/resident.py)",
+    )
     opt.add_argument("--runner-name", help="default: $RUNNER_NAME or the host name")
     opt.add_argument("--runner-labels", type=_csv, help="comma-separated runner labels")
     iso = v.add_argument_group("isolation (runners/README.md, The runner machine)")
@@ -366,6 +373,7 @@ def _verify(args: argparse.Namespace) -> int:
         candidate_users=args.candidate_users,
         benchmark_ref=args.benchmark_ref,
         cpu_placement=args.cpu_placement,
+        design=args.design,
     )
     if args.python:
         opts.python = args.python

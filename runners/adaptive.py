@@ -71,6 +71,7 @@ class Rounds:
     rows: dict[str, dict[str, Any]] = field(default_factory=dict)
     looks: list[dict[str, Any]] = field(default_factory=list)
     fallback: bool = False
+    paired: bool = False  # the alternate design: look at pairs (seqstats.decide_paired)
 
     def _groups(self) -> list[tuple[str, list[list[int]]]]:
         """Per row, in plan order: its pairs, as indices into `plan`."""
@@ -128,7 +129,13 @@ class Rounds:
                 state["measured"] = measured
                 if min(measured) < 2:
                     continue
-                look = seqstats.decide(row, values[0], values[1])
+                if self.paired:
+                    pb, ph, second = self._pairs(done(), name)
+                    if len(pb) < 2:
+                        continue
+                    look = seqstats.decide_paired(row, pb, ph, second)
+                else:
+                    look = seqstats.decide(row, values[0], values[1])
                 rec = {"row": name, "round": pi + 1, **look.record()}
                 rec["gpu_minutes"] = held_minutes(done())["total"]
                 self.looks.append(rec)
@@ -166,6 +173,30 @@ class Rounds:
             out[str(r["side"])].append(v)
         return out["base"], out["head"]
 
+    def _pairs(
+        self, runs: list[dict[str, Any]], name: str
+    ) -> tuple[list[float], list[float], list[bool]]:
+        """The row's complete pairs, in round order: base and head throughput, and
+        whether the head ran second (runs are recorded in execution order)."""
+        got: dict[int, dict[str, tuple[int, float]]] = {}
+        for i, r in enumerate(runs):
+            if row_name(str(r.get("mode")), int(r.get("concurrency") or 0)) != name:
+                continue
+            if r.get("status") != "ok" or "speed" not in r.get("files", {}):
+                continue
+            v = throughput(self.root / str(r["files"]["speed"]))
+            if v is not None:
+                got.setdefault(int(r.get("round") or 0), {})[str(r["side"])] = (i, v)
+        base: list[float] = []
+        head: list[float] = []
+        second: list[bool] = []
+        for _, pair in sorted(got.items()):
+            if "base" in pair and "head" in pair:
+                base.append(pair["base"][1])
+                head.append(pair["head"][1])
+                second.append(pair["head"][0] > pair["base"][0])
+        return base, head, second
+
     def manifest(self, cut_short: bool) -> dict[str, Any] | None:
         """The manifest's `adaptive` (None for fixed rounds)."""
         if not self.adaptive:
@@ -201,7 +232,7 @@ class Rounds:
         return {
             "method": "fixed rounds (the client's output has no throughput)"
             if self.fallback
-            else design.method,
+            else (design.paired_method if self.paired else design.method),
             "threshold_pct": self.threshold_pct,
             "alpha": self.alpha,
             "max_rounds": self.max_rounds,

@@ -28,7 +28,7 @@ import time
 import traceback
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +45,7 @@ from runners import (
     outputs,
     placement,
     proc,
+    resident,
     sandbox,
     schedule,
 )
@@ -92,6 +93,7 @@ class Options:
     threshold_pct: float = 3.0
     gpu_minutes: float | None = None
     cpu_placement: str = "split"  # runners/placement.py: server and client on disjoint cores
+    design: str = "sequential"  # or "alternate": both servers resident (runners/resident.py)
 
 
 class Interrupted(BaseException):
@@ -242,15 +244,10 @@ class Verifier:
         )
         self.backend: Backend = NoGpu()
         self.warnings: list[str] = []
-        self.rounds = adaptive.Rounds(
-            self.plan,
-            opts.adaptive,
-            opts.rounds,
-            opts.threshold_pct,
-            opts.gpu_minutes,
-            warn=self.warnings.append,
-            root=opts.out,
-        )
+        self.design = opts.design
+        self.refused: str | None = None  # why the alternate design could not run
+        self.minutes: Callable[[list[dict[str, Any]]], dict[str, float]] = adaptive.held_minutes
+        self.rounds = self._rounds()
         self.worktrees: dict[str, Path] = {}
         self.bench_tree: Path | None = None
         self.placement: placement.Placement | None = None
@@ -263,6 +260,28 @@ class Verifier:
         self.workdir: Path | None = None
         self._own_workdir = False
         self.bundle: BundleWriter
+
+    def _rounds(self) -> adaptive.Rounds:
+        return adaptive.Rounds(
+            self.plan,
+            self.o.adaptive,
+            self.o.rounds,
+            self.o.threshold_pct,
+            self.o.gpu_minutes,
+            warn=self.warnings.append,
+            root=self.o.out,
+            paired=self.design == "alternate",
+        )
+
+    def _design(self) -> dict[str, Any]:
+        """The manifest's `design` (runners/resident.py): what ran and what it assumes."""
+        extra: dict[str, Any] = {}
+        if self.design == "alternate":
+            extra["burst_requests"] = self.requests
+            extra["memory_fraction"] = resident.MEMORY_FRACTION
+        if self.refused:
+            extra["refused"] = self.refused
+        return resident.describe(self.design, **extra)
 
     # ------------------------------------------------------------------ signals
 
@@ -344,6 +363,7 @@ class Verifier:
                 "warmup_requests": self.warmup,
                 "order": "balanced",
             },
+            "design": self._design(),
             "task_file": self.task.summary(),
             "policy": {
                 "on_failure": self.on_failure,
@@ -438,28 +458,7 @@ class Verifier:
                     self.sandbox.own(side, wt)
                 self._fingerprint()
                 self._prepare()
-                for p in self.rounds.runs(lambda: self.bundle.runs):
-                    self._check_signal()
-                    if stop_reason is None and time.monotonic() >= self.deadline:
-                        stop_reason = (
-                            f"the verification's total time limit ({self.total_timeout:.0f}s) "
-                            "was reached"
-                        )
-                    if stop_reason is not None:
-                        self.bundle.add(self._skipped(p, stop_reason))
-                        continue
-                    rec = self._run_one(p)  # it adds its record to the bundle itself
-                    if rec["status"] == "failed":
-                        if rec.get("failure") == "total-time-limit":
-                            stop_reason = (
-                                f"the verification's total time limit "
-                                f"({self.total_timeout:.0f}s) was reached"
-                            )
-                        elif self.on_failure == "stop":
-                            stop_reason = (
-                                f"the schedule stopped after run {p.id} failed "
-                                "(policy on_failure = stop)"
-                            )
+                stop_reason = self._schedule()
                 complete = stop_reason is None
                 code = 0 if complete else 1
             except Interrupted as exc:
@@ -486,7 +485,7 @@ class Verifier:
                     error=error,
                     stopped=stop_reason,
                     adaptive=self.rounds.manifest(cut_short=not complete),
-                    gpu_minutes=adaptive.held_minutes(self.bundle.runs),
+                    gpu_minutes=self.minutes(self.bundle.runs),
                 )
                 path = self.bundle.finalize(complete)
                 self._cleanup(co)
@@ -500,6 +499,49 @@ class Verifier:
             file=sys.stderr,
         )
         return code
+
+    def _schedule(self) -> str | None:
+        """Run the plan in the chosen design; why it stopped early, or None."""
+        if self.design == "alternate":
+            alt = resident.Alternation(self)
+            try:
+                reason = alt.run()
+            except resident.Refused as exc:
+                self._fall_back(str(exc))
+            else:
+                self.bundle.update(design=dict(self._design(), servers=alt.records))
+                self.minutes = alt.gpu_minutes
+                return reason
+        stop_reason: str | None = None
+        for p in self.rounds.runs(lambda: self.bundle.runs):
+            self._check_signal()
+            if stop_reason is None and time.monotonic() >= self.deadline:
+                stop_reason = (
+                    f"the verification's total time limit ({self.total_timeout:.0f}s) was reached"
+                )
+            if stop_reason is not None:
+                self.bundle.add(self._skipped(p, stop_reason))
+                continue
+            rec = self._run_one(p)  # it adds its record to the bundle itself
+            if rec["status"] == "failed":
+                if rec.get("failure") == "total-time-limit":
+                    stop_reason = (
+                        f"the verification's total time limit "
+                        f"({self.total_timeout:.0f}s) was reached"
+                    )
+                elif self.on_failure == "stop":
+                    stop_reason = (
+                        f"the schedule stopped after run {p.id} failed (policy on_failure = stop)"
+                    )
+        return stop_reason
+
+    def _fall_back(self, reason: str) -> None:
+        """Two servers do not fit: the sequential design runs the plan from the start."""
+        self.warnings.append(f"design alternate refused: {reason}")
+        self.design, self.refused = "sequential", reason
+        self.bundle.runs.clear()
+        self.rounds = self._rounds()
+        self.bundle.update(design=self._design())
 
     def _make_workdir(self) -> Path:
         if self.o.workdir is not None:

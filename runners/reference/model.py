@@ -30,7 +30,12 @@ class Decoder:
     """Weights and a static KV cache for `max_batch` sequences of `max_steps` tokens."""
 
     def __init__(
-        self, cfg: Config, device: str, dtype: torch.dtype = torch.float16, seed: int = 0
+        self,
+        cfg: Config,
+        device: str,
+        dtype: torch.dtype = torch.float16,
+        seed: int = 0,
+        extra_pct: int = 0,
     ) -> None:
         g = torch.Generator(device="cpu").manual_seed(seed)
         d, h = cfg.d_model, cfg.heads
@@ -53,6 +58,13 @@ class Decoder:
             for _ in range(cfg.layers)
         ]
         self.head = w(cfg.vocab, d)
+        # A planted effect of known size: one more matrix holding `extra_pct`% of the
+        # weights, multiplied in every step, so a step reads and multiplies exactly that
+        # much more (the step is bound by reading the weights at this batch size).
+        self.extra = None
+        if extra_pct:
+            rows = round(extra_pct / 100 * self.weight_elements() / d)
+            self.extra = w(rows, d)
         shape = (cfg.layers, cfg.max_batch, h, cfg.max_steps, d // h)
         self.k = torch.zeros(shape, device=device, dtype=dtype)
         self.v = torch.zeros(shape, device=device, dtype=dtype)
@@ -65,6 +77,13 @@ class Decoder:
         self.steps = torch.arange(cfg.max_steps, device=device)
         self.out = torch.zeros(cfg.max_batch, dtype=torch.long, device=device)
         self.graph: Any = None
+
+    def weight_elements(self) -> int:
+        """The step's matrix elements (embedding rows read are negligible)."""
+        n = int(self.head.numel())
+        for L in self.layers:
+            n += int(L["qkv"].numel() + L["o"].numel() + L["up"].numel() + L["down"].numel())
+        return n
 
     @staticmethod
     def _rms(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -85,6 +104,8 @@ class Decoder:
             x = x + a.squeeze(2).reshape(b, -1) @ L["o"].T
             y = self._rms(x, L["n2"])
             x = x + F.silu(y @ L["up"].T) @ L["down"].T
+        if self.extra is not None:  # the planted work: its result is added as zero
+            x = x + (x @ self.extra.T)[:, :1] * 0.0
         self.out.copy_(torch.argmax(x @ self.head.T, dim=-1))
 
     def capture(self) -> None:

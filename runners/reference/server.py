@@ -1,6 +1,10 @@
 """HTTP server for the GPU reference task (`runners/tasks/gpu-reference.toml`).
 
-    python -m runners.reference.server --port 8000 --variant eager|graph
+    python -m runners.reference.server --port 8000 --variant eager|graph[+PCT]
+
+A `+PCT` suffix (`graph+5`) plants an effect of known size: every decode step does PCT%
+more GPU work (`Decoder(extra_pct=…)`), so a design can be shown to find a 5% change on
+the real GPU.
 
 `POST /v1/audio/speech` `{"input": text, "stream": bool}` synthesises "audio" by decoding
 tokens with the random-weight decoder (12.5 codec frames a second, as speech codecs do):
@@ -126,8 +130,9 @@ def engine_main(
     from runners.reference.model import Config, Decoder
 
     torch.backends.cuda.matmul.allow_tf32 = True
-    model = Decoder(Config(max_batch=batch), device)
-    if variant == "graph":
+    kind, extra_pct = parse_variant(variant)
+    model = Decoder(Config(max_batch=batch), device, extra_pct=extra_pct)
+    if kind == "graph":
         model.capture()
     model.generate([1] * batch, CHUNK)  # warm the kernels
     gc.collect()
@@ -296,6 +301,24 @@ class Handler(BaseHTTPRequestHandler):
         self._json(500 if "error" in final else 200, final)
 
 
+class Server(ThreadingHTTPServer):
+    """A listen backlog that holds every connection of a burst. The standard library's 5
+    drops SYNs when sixteen clients connect at once to a server just thawed, and each
+    dropped one costs the client a 1 s retransmission: on the H200 one request in a
+    burst of 128 then took 1.06 s and the burst's throughput halved."""
+
+    request_queue_size = 1024
+
+
+def parse_variant(variant: str) -> tuple[str, int]:
+    """`eager`, `graph`, or either with `+PCT` (1–100): the decode kind and the planted
+    extra work in percent."""
+    kind, _, pct = variant.partition("+")
+    if kind not in ("eager", "graph") or (pct and not (pct.isdigit() and 1 <= int(pct) <= 100)):
+        raise ValueError(f"variant {variant!r}: expected eager or graph, optionally +1..+100")
+    return kind, int(pct) if pct else 0
+
+
 def split_cpus(spec: str) -> tuple[list[int] | None, list[int] | None]:
     """`--engine-cpus`: `first` gives the engine the first allowed core and the front end
     the rest (kept apart, so neither waits for the other's core); `shared` leaves both
@@ -309,7 +332,7 @@ def split_cpus(spec: str) -> tuple[list[int] | None, list[int] | None]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--port", type=int, default=8000)
-    ap.add_argument("--variant", choices=("eager", "graph"), default=None)
+    ap.add_argument("--variant", default=None, help="eager, graph, or either with +PCT")
     ap.add_argument(
         "--variant-file",
         help="read the variant from a file of the checkout "
@@ -324,6 +347,10 @@ def main() -> None:
         with open(args.variant_file) as fh:
             variant = fh.read().strip()
     variant = variant or "eager"
+    try:
+        parse_variant(variant)
+    except ValueError as exc:
+        ap.error(str(exc))
     engine_cpus, front_cpus = split_cpus(args.engine_cpus)
     ctx = mp.get_context("spawn")  # CUDA lives only in the engine
     to_engine_r, to_engine_w = ctx.Pipe(duplex=False)
@@ -341,7 +368,7 @@ def main() -> None:
         os.sched_setaffinity(0, front_cpus)
     global FRONT
     FRONT = Front(to_engine_w, from_engine_r)  # /health turns 200 once the engine is ready
-    server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+    server = Server(("127.0.0.1", args.port), Handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     with contextlib.suppress(KeyboardInterrupt):

@@ -1,0 +1,462 @@
+"""`--design alternate`: base and head resident on one GPU, taking turns in short bursts.
+
+Sequential rounds start a server per run, and on the reference task about nine tenths of
+a run's GPU time is that start-up; they also put minutes between a base run and its head
+run, in which a shared VM's CPU speed moves (runners/README.md, "Noise on the H200").
+Here each side's server is started once and kept resident; it is warmed up once for each
+mode; the idle side is frozen (`cgroup.freeze`, or SIGSTOP on its process group without
+isolation) while the other serves one burst. Bursts follow the balanced plan — base, head,
+head, base, … — so the two runs of a pair are seconds apart, and the evidence engine
+analyses them as pairs with an order term (docs/statistics.md, "Paired designs").
+
+Each burst is one run record (`round` = the pair); the burst that follows a server's start
+carries that start's time (`startup_s`, and in `run_s`), so `gpu_minutes` per side still
+counts start-ups. Before the head starts, the base's memory is read: a task that takes
+more than half the GPU cannot hold two servers, and the verification falls back to the
+sequential design, saying why (`design.refused`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shlex
+import shutil
+import signal
+import time
+from collections.abc import Iterator
+from contextlib import suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from runners import host, outputs, placement, proc, schedule
+from runners.gpu import Monitor, wait_idle
+from runners.task import render, render_command
+from runners.util import iso, write_json_atomic
+
+if TYPE_CHECKING:
+    from runners.sandbox import Group
+    from runners.verify import Verifier
+
+MEMORY_FRACTION = 0.45  # `{memory_fraction}` offered to each of the two resident servers
+FIT_FRACTION = 0.5  # a server using more of the GPU's memory than this cannot have a twin
+ROW_PLACEHOLDERS = ("{mode}", "{concurrency}", "{requests}", "{round}")
+
+SUMMARY = {
+    "alternate": (
+        "base and head servers started once and kept resident on one GPU; the idle one "
+        "frozen while the other serves a burst; bursts alternate base, head, head, base, …"
+    ),
+    "sequential": (
+        "one server start per run; rounds of base and head interleaved base, head, head, base, …"
+    ),
+}
+ASSUMES = {
+    "alternate": [
+        "the host's speed changes more slowly than a pair of bursts (seconds)",
+        "a frozen server does not slow the one serving (it holds memory, not compute)",
+        "whoever serves second in a pair gains or loses the same for either side "
+        "(the order term removes it)",
+    ],
+    "sequential": [
+        "the host's drift falls on both sides alike over a balanced schedule",
+        "rounds are independent: minutes apart, they are not analysed as pairs",
+    ],
+}
+
+
+def describe(name: str, **extra: Any) -> dict[str, Any]:
+    """The manifest's `design` for a design name."""
+    return {
+        "name": name,
+        "paired": name == "alternate",
+        "unit": "burst" if name == "alternate" else "round",
+        "summary": SUMMARY[name],
+        "assumes": ASSUMES[name],
+        **extra,
+    }
+
+
+class Refused(Exception):
+    """The alternate design cannot run here (two servers do not fit); sequential runs."""
+
+
+@dataclass
+class Resident:
+    """One side's resident server."""
+
+    side: str
+    server: proc.Process
+    group: Group | None
+    vals: dict[str, object]
+    log: Path
+    started_t: float
+    record: dict[str, Any]
+    frozen: bool = False
+    fresh: bool = True  # the next burst is the first since it started: it carries the start
+    warmed: set[str] = field(default_factory=set)  # modes warmed up
+
+
+def freeze(res: Resident, on: bool, timeout: float = 10.0) -> None:
+    """Freeze or thaw a resident server and everything it started, and wait until done."""
+    if res.frozen == on:
+        return
+    if res.group is not None:
+        (res.group.path / "cgroup.freeze").write_text("1" if on else "0")
+        want = f"frozen {1 if on else 0}"
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            with suppress(OSError):
+                if want in (res.group.path / "cgroup.events").read_text().splitlines():
+                    break
+            time.sleep(0.002)
+    else:
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(res.server.pid, signal.SIGSTOP if on else signal.SIGCONT)
+    res.frozen = on
+
+
+def per_row(v: Verifier) -> bool:
+    """Whether the server's command changes with the row (then each row has its own)."""
+    s = v.task.server
+    texts = [s.command, s.health, *s.env.values()]
+    return any(p in t for t in texts for p in ROW_PLACEHOLDERS)
+
+
+class Alternation:
+    """Runs the plan with both servers resident; `Verifier.run` calls `run()`."""
+
+    def __init__(self, v: Verifier) -> None:
+        self.v = v
+        self.servers: dict[str, Resident] = {}
+        self.records: dict[str, list[dict[str, Any]]] = {"base": [], "head": []}
+        self.waited = False  # the GPU was seen idle before the first server started
+        self.held_s = 0.0  # wall time any server was resident, for gpu_minutes.total
+        self.held_since: float | None = None  # when the servers now resident began
+        self.row: str | None = None
+        self.starts = 0
+        self.stop_reason: str | None = None
+
+    # ------------------------------------------------------------------ servers
+
+    def _start(self, side: str, p: schedule.Planned) -> Resident:
+        v = self.v
+        assert v.workdir is not None
+        self.starts += 1
+        label = f"resident-{side}-{self.starts}"
+        scratch = v.workdir / "scratch" / label
+        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.mkdir(parents=True)
+        if v.sandbox.isolated:
+            scratch.parent.chmod(0o711)
+            scratch.chmod(0o711)
+        (scratch / "server").mkdir()
+        v.sandbox.own(side, scratch / "server")
+        port = _free_port()
+        vals = v.values(
+            side,
+            p.round,
+            port=port,
+            mode=p.mode,
+            concurrency=p.concurrency,
+            requests=p.requests,
+            out=str(scratch / "server"),
+        )
+        env = v.env(side, vals)
+        template, variant = v.task.server.choose(Path(v.worktrees[side]))
+        argv = render_command(template, vals)
+        health = render(v.task.server.health, vals)
+        log = v.bundle.log_dir(label) / "server.log"
+        group = v.sandbox.group(label)
+        t = time.monotonic()
+        if self.held_since is None:
+            self.held_since = t
+        cmd, cmd_env = v.sandbox.command(side, group, argv, env)
+        from runners.verify import RunFailure
+
+        try:
+            server = proc.Process(
+                cmd, Path(v.worktrees[side]), cmd_env, log, f"$ {shlex.join(argv)}"
+            )
+        except OSError as exc:
+            raise RunFailure("start-failed", f"the server could not be started: {exc}") from exc
+        placement.pin(server.pid, v.placement.server if v.placement else None)
+        res = Resident(
+            side,
+            server,
+            group,
+            dict(vals, scratch=str(scratch)),
+            log,
+            t,
+            {
+                "start": self.starts,
+                "port": port,
+                "health": health,
+                "command": argv,
+                "server_variant": variant,
+                "log": v.bundle.rel(log),
+                "started_at": iso(),
+                "memory_fraction": MEMORY_FRACTION,
+            },
+        )
+        self.servers[side] = res
+        self.records[side].append(res.record)
+        res.record["startup_s"] = round(v._wait_healthy(server, health, v.deadline), 4)
+        return res
+
+    def _vram(self) -> tuple[int | None, int | None]:
+        """GPU memory used now, and the GPU's total (MiB)."""
+        samples = self.v.backend.sample()
+        used = samples[0].get("mem_used_mib") if samples else None
+        total = self.v.backend.info().gpu_memory_total_mib
+        return (int(used) if isinstance(used, int | float) else None), total
+
+    def _ensure(self, side: str, p: schedule.Planned) -> Resident:
+        """The side's resident server, started (and warmed for the mode) when needed."""
+        res = self.servers.get(side)
+        if res is not None and res.server.poll() is not None:
+            self._end(res)  # it died: a new one takes its place
+            res = None
+        if res is None:
+            other = self.servers.get("head" if side == "base" else "base")
+            if other is not None:
+                freeze(other, True)
+            before, total = self._vram()
+            res = self._start(side, p)
+            after, _ = self._vram()
+            if before is not None and after is not None:
+                res.record["vram_mib"] = max(0, after - before)
+            res.record["gpu_memory_total_mib"] = total
+            used = res.record.get("vram_mib")
+            if other is None and total and isinstance(used, int) and used > FIT_FRACTION * total:
+                raise Refused(
+                    f"the base server took {used} MiB of the GPU's {total} MiB: two servers "
+                    "do not fit, so the sequential design ran"
+                )
+        if p.mode not in res.warmed and p.warmup_requests > 0:
+            other = self.servers.get("head" if side == "base" else "base")
+            if other is not None and other is not res:
+                freeze(other, True)
+            freeze(res, False)
+            res.record.setdefault("warmup", {})[p.mode] = self._warm(res, p)
+        res.warmed.add(p.mode)
+        return res
+
+    def _warm(self, res: Resident, p: schedule.Planned) -> dict[str, Any]:
+        """Warm-up passes of a whole burst each (cheap on a resident server): a pass of a
+        few requests leaves the first bursts of a mode still settling."""
+        v = self.v
+        p = dataclasses.replace(p, warmup_requests=max(p.warmup_requests, p.requests))
+        scratch = Path(str(res.vals["scratch"]))
+        vals = dict(res.vals, mode=p.mode, concurrency=p.concurrency)
+        log = v.bundle.log_dir(f"resident-{res.side}-{res.record['start']}") / "client.log"
+        return v._warm_up(p, vals, scratch, v.client_env(vals), log, res.server, v.deadline)
+
+    def _end(self, res: Resident) -> list[dict[str, Any]]:
+        """Stop a resident server and everything of its user; the survivors, if any."""
+        freeze(res, False)
+        rc = res.server.stop(self.v.task.server.stop_grace_s)
+        res.record["exit"] = {"returncode": rc, "how": res.server.stopped_how}
+        res.record["ended_at"] = iso()
+        res.record["resident_s"] = round(time.monotonic() - res.started_t, 3)
+        survivors = self.v.sandbox.end(res.side, res.group)
+        if survivors:
+            res.record["survivors"] = survivors
+        if self.servers.get(res.side) is res:
+            del self.servers[res.side]
+        if not self.servers and self.held_since is not None:
+            self.held_s += time.monotonic() - self.held_since
+            self.held_since = None
+        return survivors
+
+    def close(self) -> list[dict[str, Any]]:
+        survivors: list[dict[str, Any]] = []
+        for res in list(self.servers.values()):
+            survivors += self._end(res)
+        return survivors
+
+    # ------------------------------------------------------------------ the plan
+
+    def runs(self) -> Iterator[schedule.Planned]:
+        return self.v.rounds.runs(lambda: self.v.bundle.runs)
+
+    def run(self) -> str | None:
+        """Every planned burst; the reason the schedule stopped early, or None."""
+        v = self.v
+        rows_share = per_row(v)
+        try:
+            for p in self.runs():
+                v._check_signal()
+                name = f"{p.mode} c{p.concurrency}"
+                if name != self.row and self.row is not None and rows_share:
+                    self.close()  # the server's command changes with the row
+                self.row = name
+                if self.stop_reason is None and time.monotonic() >= v.deadline:
+                    self.stop_reason = (
+                        f"the verification's total time limit ({v.total_timeout:.0f}s) was reached"
+                    )
+                if self.stop_reason is not None:
+                    v.bundle.add(v._skipped(p, self.stop_reason))
+                    continue
+                rec = self.burst(p)
+                if rec["status"] == "failed":
+                    if rec.get("failure") == "total-time-limit":
+                        self.stop_reason = (
+                            f"the verification's total time limit ({v.total_timeout:.0f}s) "
+                            "was reached"
+                        )
+                    elif rec.get("failure") == "refused":
+                        raise Refused(str(rec.get("error")))
+                    elif v.on_failure == "stop":
+                        why = "(policy on_failure = stop)"
+                        self.stop_reason = f"the schedule stopped after run {p.id} failed {why}"
+        finally:
+            survivors = self.close()
+            if survivors:
+                v.bundle.update(survivors=survivors)
+        return self.stop_reason
+
+    def burst(self, p: schedule.Planned) -> dict[str, Any]:
+        """One burst of one side: thaw it, the other frozen, run the client, freeze it."""
+        from runners.verify import RunFailure
+
+        v = self.v
+        rdir = v.bundle.run_dir(p.id)
+        client_log = v.bundle.log_dir(p.id) / "client.log"
+        rec: dict[str, Any] = dict(p.record())
+        rec.update(
+            {"status": "ok", "run_started_at": iso(), "accuracy": False, "files": {}, "logs": {}}
+        )
+        t0 = time.monotonic()
+        info: dict[str, Any] = {
+            "design": "alternate",
+            "startup_s": None,
+            "peak_vram_mib": None,
+            "gpu_backend": v.backend.name,
+            "cpuset": host.cpuset_spec(host.cpuset()),
+        }
+        failure: RunFailure | None = None
+        res: Resident | None = None
+        try:
+            if not self.waited:
+                wait = wait_idle(v.backend, v.gpu_idle_timeout)
+                rec["gpu_wait_s"] = round(wait.waited_s, 3)
+                info["gpu_wait"] = wait.as_dict()
+                if not wait.idle:
+                    raise RunFailure(
+                        "gpu-busy",
+                        f"the GPU stayed busy for {wait.waited_s:.0f}s "
+                        f"({wait.foreign.get('reason')}); the run was not started",
+                        last="gpu",
+                    )
+                self.waited = True
+                t0 = time.monotonic()
+            res = self._ensure(p.side, p)
+            rec["logs"]["server"] = res.record["log"]
+            if res.fresh:
+                res.fresh = False
+                info["startup_s"] = res.record.get("startup_s")
+                info["warmup"] = (res.record.get("warmup") or {}).get(p.mode)
+                t0 = res.started_t  # this burst carries its server's start-up
+            info["resident"] = {"side": p.side, "start": res.record["start"]}
+            info["peak_vram_mib"] = res.record.get("vram_mib")
+            other = self.servers.get("head" if p.side == "base" else "base")
+            if other is not None:
+                freeze(other, True)
+            freeze(res, False)
+            info["host_cpu_ms"] = host.loop_ms(min(v.placement.server) if v.placement else None)
+            monitor = Monitor(v.backend, v.o.sample_interval_s).start()
+            scratch = Path(str(res.vals["scratch"]))
+            bvals = dict(
+                res.vals,
+                mode=p.mode,
+                concurrency=p.concurrency,
+                requests=p.requests,
+                round=p.round,
+                out=str(scratch / f"bench-{p.id}"),
+            )
+            v.sandbox.private(scratch / f"bench-{p.id}")
+            try:
+                fin = v._client(
+                    "benchmark",
+                    v.task.benchmark.modes[p.mode],
+                    bvals,
+                    v.client_env(bvals),
+                    client_log,
+                    res.server,
+                    v.task.benchmark.timeout_s,
+                    time.monotonic() + v.run_timeout,
+                )
+            finally:
+                monitor.stop()
+                summary = monitor.summary()
+                summary.pop("peak_vram_mib", None)  # both servers' memory; the side's is above
+                info.update(summary)
+                freeze(res, True)
+            rec["started_at"], rec["ended_at"] = iso(fin.started), iso(fin.ended)
+            rec["runner_wall_s"] = round(fin.wall_s, 4)
+            src = v._output(v.task.benchmark.output, bvals)
+            if src is None:
+                raise RunFailure(
+                    "no-output",
+                    "the benchmark client exited 0 but wrote no "
+                    f"{render(v.task.benchmark.output, bvals)}",
+                    last="client",
+                )
+            dest = rdir / src.name
+            shutil.copyfile(src, dest)
+            rec["files"]["speed"] = v.bundle.rel(dest)
+            extra, missing = outputs.keep(v.task.benchmark, bvals, rdir, v.bundle.rel)
+            rec["files"].update(extra)
+            if missing:
+                raise RunFailure(
+                    "no-output",
+                    f"the benchmark client exited 0 but wrote no {', '.join(missing)}",
+                    last="client",
+                )
+            from runners.verify import wall_clock
+
+            rec["wall_clock_s"], rec["wall_clock_source"] = wall_clock(dest, fin.wall_s)
+        except Refused as exc:
+            failure = RunFailure("refused", str(exc))
+        except RunFailure as exc:
+            failure = exc
+        finally:
+            spath = rdir / "server.json"
+            write_json_atomic(spath, info, indent=None)
+            rec["files"]["server"] = v.bundle.rel(spath)
+            rec["run_ended_at"] = iso()
+            rec["run_s"] = round(time.monotonic() - t0, 3)
+            rec["startup_s"] = info.get("startup_s")
+            rec.setdefault("gpu_wait_s", 0.0)
+            if failure is not None:
+                rec["status"] = "failed"
+                rec["failure"] = failure.kind
+                rec["error"] = failure.message
+                rec["log_tail"] = v._log_tail(
+                    failure, res.log if res else client_log, client_log, info
+                )
+                rec.setdefault("started_at", rec["run_started_at"])
+                rec.setdefault("ended_at", rec["run_ended_at"])
+                rec.setdefault("wall_clock_s", None)
+            rec["logs"] = {k: x for k, x in rec["logs"].items() if (v.bundle.out / x).is_file()}
+            if client_log.is_file():
+                rec["logs"]["client"] = v.bundle.rel(client_log)
+            if failure is None or failure.kind != "refused":
+                v.bundle.add(rec)
+        return rec
+
+    def gpu_minutes(self, runs: list[dict[str, Any]]) -> dict[str, float]:
+        """Each side's start-ups and bursts; the total is the time servers were resident."""
+        from runners.adaptive import held_minutes
+
+        m = held_minutes(runs)
+        m["total"] = round(max(m["total"], self.held_s / 60.0), 4)
+        return m
+
+
+def _free_port() -> int:
+    from runners.verify import free_port
+
+    return free_port()

@@ -1,0 +1,208 @@
+"""`--design alternate` (runners/resident.py) with the dry task: real processes, real
+freezing, the bundle read back by the evidence engine."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from evidence.build import Inputs
+from runners import resident, sandbox
+from runners import task as tasks
+from runners.gpu import Backend, GpuInfo
+from runners.verify import Options, Verifier
+from tests.test_runner_verify import CANDIDATE_PYTHON, build, make_repo, verify
+
+
+@pytest.fixture
+def tmp_path(reachable_tmp: Path) -> Path:
+    """Isolated runs need a folder the candidate users can pass through."""
+    return reachable_tmp
+
+
+def _bursts(m: dict[str, Any]) -> list[dict[str, Any]]:
+    return [r for r in m["runs"] if r["status"] == "ok"]
+
+
+def test_alternate_keeps_each_server_resident_and_runs_bursts_in_balanced_pairs(
+    tmp_path: Path,
+) -> None:
+    r, out, m = verify(
+        tmp_path,
+        {},
+        {"speed": 1.5},
+        "--design",
+        "alternate",
+        "--rounds",
+        "3",
+    )
+    assert r.returncode == 0, r.stderr
+    assert m["isolation"]["mode"] == "cgroup"
+    d = m["design"]
+    assert (d["name"], d["paired"], d["unit"], d["burst_requests"]) == (
+        "alternate",
+        True,
+        "burst",
+        20,
+    )
+    # the dry server's command names {round}: still one start a side for the row
+    assert [len(d["servers"][s]) for s in ("base", "head")] == [1, 1]
+    for side in ("base", "head"):
+        srv = d["servers"][side][0]
+        assert srv["startup_s"] > 0
+        assert srv["exit"]["how"] == "sigterm"
+        assert srv["warmup"]["non-streaming"]["passes"] >= 1
+    runs = _bursts(m)
+    assert [(x["side"], x["round"]) for x in runs] == [
+        ("base", 1), ("head", 1), ("head", 2), ("base", 2), ("base", 3), ("head", 3)
+    ]  # fmt: skip
+    # only the first burst of each server carries its start-up, in startup_s and run_s
+    assert [x["startup_s"] is not None for x in runs] == [True, True, False, False, False, False]
+    assert runs[0]["run_s"] > runs[0]["startup_s"]
+    for x in runs:
+        assert json.loads((out / x["files"]["server"]).read_text())["host_cpu_ms"] > 0
+    gm = m["gpu_minutes"]
+    assert gm["total"] >= max(gm["base"], gm["head"]) > 0
+    ev, _ = build(Inputs(bundles=[out]))
+    assert ev.verdict == "improved"
+    row = next(x for x in ev.study if x.primary)
+    assert row.delta_pct is not None
+    assert row.delta_pct > 30
+    assert (row.method, row.pairs) == ("paired", 3)
+
+
+def test_without_isolation_the_idle_server_is_stopped_by_signal(tmp_path: Path) -> None:
+    r, _, m = verify(tmp_path, {}, {}, "--design", "alternate", "--isolation", "none")
+    assert r.returncode == 0, r.stderr
+    assert [x["status"] for x in m["runs"]] == ["ok"] * 4
+    assert m["design"]["name"] == "alternate"
+
+
+def test_a_frozen_server_does_not_run_and_a_thawed_one_does(reachable_tmp: Path) -> None:
+    """cgroup.freeze stops every process of the group, children included, until thawed."""
+    box = sandbox.Sandbox.open("cgroup", reachable_tmp)
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        group = box.group("freeze-test")
+        assert group is not None
+        tick = reachable_tmp / "tick"
+        argv = [
+            CANDIDATE_PYTHON,
+            "-c",
+            "import sys, time\nwhile True:\n    open(sys.argv[1], 'w').write(str(time.time()))\n"
+            "    time.sleep(0.01)",
+            str(tick),
+        ]
+        cmd, env = box.command("base", group, argv, {"PATH": os.environ["PATH"]})
+        box.own("base", reachable_tmp)
+        proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+        deadline = time.monotonic() + 10
+        while not tick.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        res = resident.Resident("base", _Proc(proc), group, {}, tick, time.monotonic(), {})
+        resident.freeze(res, True)
+        assert "frozen 1" in (group.path / "cgroup.events").read_text()
+        before = tick.read_text()
+        time.sleep(0.3)
+        assert tick.read_text() == before  # nothing ran while frozen
+        resident.freeze(res, False)
+        time.sleep(0.3)
+        assert tick.read_text() != before
+    finally:
+        box.close()  # kills the group
+        if proc is not None:
+            proc.wait(timeout=10)
+
+
+class _Proc:
+    """What `freeze` needs of a server: its process group id."""
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self.pid = popen.pid
+
+
+class _BigServers(Backend):
+    """A GPU whose memory fills when a dry server runs: 100 GB of 140 GB each."""
+
+    name = "fake"
+
+    def sample(self) -> list[dict[str, Any]]:
+        servers = 0
+        for e in os.listdir("/proc"):
+            if e.isdigit():
+                try:
+                    cmd = Path(f"/proc/{e}/cmdline").read_bytes()
+                except OSError:
+                    continue
+                servers += b"runners/dry/server.py" in cmd
+        return [
+            {
+                "gpu": 0,
+                "sm_clock_mhz": 1980,
+                "util_pct": 0,
+                "mem_used_mib": 100_000 * servers,
+                "power_w": 100.0,
+                "throttle_reasons": [],
+            }
+        ]
+
+    def processes(self) -> list[dict[str, Any]] | None:
+        return []
+
+    def info(self) -> GpuInfo:
+        return GpuInfo(gpu_name="NVIDIA H200", gpu_count=1, gpu_memory_total_mib=143_771)
+
+
+def test_servers_that_cannot_fit_twice_fall_back_to_sequential_saying_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RSI_GPU_IDLE_MEM_MIB", "1000000")
+    b, h = make_repo(tmp_path / "repo", {}, {})
+    out = tmp_path / "bundle"
+    opts = Options(
+        repo=str(tmp_path / "repo"),
+        base=b,
+        head_repo=str(tmp_path / "repo"),
+        head=h,
+        task=tasks.load("dry"),
+        gpu="h200",
+        rounds=2,
+        modes=["non-streaming"],
+        out=out,
+        verification_id="v-fit",
+        repo_name="owner/repo",
+        requests=10,
+        workdir=tmp_path / "work",
+        prelaunch_s=0.0,
+        sample_interval_s=0.2,
+        backend=_BigServers(),
+        isolation="none",
+        design="alternate",
+        python=CANDIDATE_PYTHON,
+    )
+    assert Verifier(opts).run() == 0
+    m = json.loads((out / "manifest.json").read_text())
+    d = m["design"]
+    assert (d["name"], d["paired"]) == ("sequential", False)
+    assert "the base server took 100000 MiB of the GPU's 143771 MiB" in d["refused"]
+    assert any("design alternate refused" in w for w in m["warnings"])
+    runs = m["runs"]
+    assert [(x["side"], x["round"], x["status"]) for x in runs] == [
+        ("base", 1, "ok"), ("head", 1, "ok"), ("head", 2, "ok"), ("base", 2, "ok")
+    ]  # fmt: skip
+    assert all(x["startup_s"] for x in runs)  # a server start per run again
+
+
+def test_a_server_command_that_changes_with_the_row_gets_a_server_per_row() -> None:
+    class V:
+        task = tasks.load("gpu-reference")
+
+    assert resident.per_row(V()) is False  # type: ignore[arg-type]
+    V.task = tasks.load("dry")  # its command names {round}
+    assert resident.per_row(V()) is True  # type: ignore[arg-type]
