@@ -21,9 +21,10 @@ import pandas as pd
 from scipy import stats
 
 from evidence.asr import SEEDTTS, TRANSCRIBE_DIARIZE
+from evidence.control import change_text, favoured, runs_of
 from evidence.inert import bound
 from evidence.load import LoadedRun, Source, common_scored
-from evidence.model import Finding, HistoryEntry, HostCpu, Severity, gpu_label
+from evidence.model import ControlRow, Finding, HistoryEntry, HostCpu, Severity, gpu_label
 from evidence.policy import Policy
 from evidence.records import FloatArray, WerRecords
 from evidence.table import requests_table
@@ -67,12 +68,16 @@ def _cfg(mode: str, conc: int) -> str:
 
 
 def audit(
-    sources: list[Source], policy: Policy, history: list[HistoryEntry] | None = None
+    sources: list[Source],
+    policy: Policy,
+    history: list[HistoryEntry] | None = None,
+    controls: Sequence[ControlRow] = (),
 ) -> list[Finding]:
     findings: list[Finding] = []
     findings += _across_bundles(sources)
     for src in sources:
         findings += src.findings
+        findings += _control_moved(src, controls)
         findings += _run_failed(src, policy)
         findings += _environment(src)
         findings += _interleaving(src)
@@ -443,6 +448,34 @@ def _host_cpu(src: Source, policy: Policy) -> list[Finding]:
             side_gap_pct=h.side_gap_pct,
         )
     ]
+
+
+def _control_moved(src: Source, controls: Sequence[ControlRow]) -> list[Finding]:
+    """The null control (base against base) moved: improved or regressed, or its point
+    estimate past the threshold. The machine treated the two slots differently by about
+    that much, and a change of that size between base and head is not the code's."""
+    out: list[Finding] = []
+    for c in controls:
+        if c.gpu != src.gpu or not c.moved:
+            continue
+        pairs = f", {c.pairs} pairs" if c.pairs is not None else ""
+        out.append(
+            _f(
+                "control-moved",
+                "warning",
+                f"The null control (base against base{pairs}) moved {change_text(c)} on "
+                f"{c.gpu} {_cfg(c.mode, c.concurrency)} ({c.label}, {c.verdict}): this "
+                f"machine favoured {favoured(c)} by about that much during the run, so a "
+                "change of that size between base and head is not evidence of the code.",
+                src,
+                [lr.run.id for lr in runs_of(src, c)][:MAX_IDS],
+                delta_pct=c.delta_pct,
+                ci_low_pct=c.ci_low_pct,
+                ci_high_pct=c.ci_high_pct,
+                pairs=c.pairs,
+            )
+        )
+    return out
 
 
 def _host_cpu_ms(src: Source) -> list[tuple[str, str, float]]:

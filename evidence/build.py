@@ -16,6 +16,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from evidence.audit import audit, host_cpu
 from evidence.caveats import write_caveats
+from evidence.control import control_result, control_rows, demote
 from evidence.design import design_result
 from evidence.errors import InputError, NotOneVerification
 from evidence.limits import DEFAULT, Limits
@@ -82,7 +83,10 @@ def build(inputs: Inputs) -> tuple[Evidence, list[Source]]:
     policy = inputs.policy
     claim = cand.claim if cand else None
     rows, measured = build_study(sources, policy, claim)
-    findings = audit(sources, policy, inputs.history)
+    pmetric = next((r.metric for r in rows if r.primary), "throughput_qps")
+    controls = control_rows(sources, policy, pmetric)
+    demote(rows, controls)
+    findings = audit(sources, policy, inputs.history, controls)
     if claim is not None and not measured:
         findings.append(
             Finding(
@@ -121,6 +125,7 @@ def build(inputs: Inputs) -> tuple[Evidence, list[Source]]:
             gpu_minutes=src.manifest.gpu_minutes,
             design=design_result(src.manifest),
             host_cpu=host_cpu(src, policy),
+            control=control_result(src, controls),
         )
     m = sources[0].manifest
     ev = Evidence(

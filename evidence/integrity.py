@@ -10,18 +10,22 @@ benchmark scripts is said plainly, since its change to them was not what was mea
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from evidence.model import Finding, Manifest, Run
 
 
-def check(digest: Callable[[str], str], manifest: Manifest, gpu: str) -> list[Finding]:
+def check(
+    digest: Callable[[str], str], manifest: Manifest, gpu: str, control: Sequence[Run] = ()
+) -> list[Finding]:
     """Findings about isolation, survivors, the trusted tree and the files' digests
-    (`digest(rel)`: a file's SHA-256, streamed; FileNotFoundError when absent)."""
+    (`digest(rel)`: a file's SHA-256, streamed; FileNotFoundError when absent). The null
+    control's runs (`control`, as read) are held to the same: their files must be listed
+    too, and a survivor of theirs escaped like any other."""
     out = _isolation(manifest, gpu)
-    out += _survivors(manifest, gpu)
+    out += _survivors(manifest, gpu, control)
     out += _benchmark_tree(manifest, gpu)
-    out += _digests(digest, manifest, gpu)
+    out += _digests(digest, manifest, gpu, control)
     return out
 
 
@@ -50,11 +54,12 @@ def _survived(run: Run) -> bool:
     return bool(run.survivors) or run.failure == "process-survived"
 
 
-def _survivors(m: Manifest, gpu: str) -> list[Finding]:
-    runs = [r.id for r in m.runs if _survived(r)]
+def _survivors(m: Manifest, gpu: str, control: Sequence[Run]) -> list[Finding]:
+    every = [*m.runs, *control]
+    runs = [r.id for r in every if _survived(r)]
     if not runs and not m.survivors:
         return []
-    n = sum(len(r.survivors) for r in m.runs) + len(m.survivors)
+    n = sum(len(r.survivors) for r in every) + len(m.survivors)
     return [
         Finding(
             code="process-survived",
@@ -93,9 +98,9 @@ def _benchmark_tree(m: Manifest, gpu: str) -> list[Finding]:
     ]
 
 
-def _referenced(m: Manifest) -> set[str]:
+def _referenced(m: Manifest, control: Sequence[Run]) -> set[str]:
     refs: set[str] = set()
-    for r in m.runs:
+    for r in [*m.runs, *control]:
         f = r.files
         refs.update(x for x in (f.speed, f.records, f.wer, f.server) if x)
         refs.update(f.kept)
@@ -103,11 +108,13 @@ def _referenced(m: Manifest) -> set[str]:
     return refs
 
 
-def _digests(digest: Callable[[str], str], m: Manifest, gpu: str) -> list[Finding]:
+def _digests(
+    digest: Callable[[str], str], m: Manifest, gpu: str, control: Sequence[Run]
+) -> list[Finding]:
     if m.digests is None:
         return []  # a runner from before digests
     bad: list[str] = []
-    for rel in sorted(_referenced(m) - set(m.digests)):
+    for rel in sorted(_referenced(m, control) - set(m.digests)):
         bad.append(f"{rel} is not listed")
     for rel, want in sorted(m.digests.items()):
         try:

@@ -36,7 +36,7 @@ from evidence.limits import (
     check_number,
     check_server,
 )
-from evidence.model import Commit, Finding, Manifest, Run, gpu_label
+from evidence.model import Commit, Control, Finding, Manifest, Run, gpu_label
 from evidence.records import (
     BeyondBounds,
     RecordError,
@@ -74,16 +74,22 @@ class Source:
     gpu: str
     runs: list[LoadedRun]
     findings: list[Finding] = field(default_factory=list)
+    # The null control's runs (`control.runs`), read like `runs` but kept apart: they never
+    # enter the study's rows or the base/head audits. `control` is None when none ran or
+    # it was malformed (then a `bundle-invalid` finding says why).
+    control: Control | None = None
+    control_runs: list[LoadedRun] = field(default_factory=list)
 
     @property
     def per_request(self) -> bool:
         return self.kind == "bundle"
 
 
-def format_validation(exc: ValidationError) -> str:
+def format_validation(exc: ValidationError, prefix: str = "") -> str:
+    """Up to five of a validation's errors, each with its field (`prefix` before it)."""
     parts = []
     for err in exc.errors()[:5]:
-        loc = ".".join(str(x) for x in err["loc"]) or "(root)"
+        loc = prefix + (".".join(str(x) for x in err["loc"]) or "(root)")
         parts.append(f"{loc}: {err['msg']}")
     more = len(exc.errors()) - 5
     return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
@@ -124,6 +130,10 @@ def read_manifest(bundle: Bundle, where: str) -> dict[str, Any]:
     most = bundle.limits.max_runs
     if isinstance(runs, list) and len(runs) > most:
         raise BoundError(at, f"{len(runs)} runs, more than {most}")
+    control = doc.get("control")
+    ctl_runs = control.get("runs") if isinstance(control, dict) else None
+    if isinstance(ctl_runs, list) and len(ctl_runs) > most:
+        raise BoundError(at, f"control.runs: {len(ctl_runs)} runs, more than {most}")
     return doc
 
 
@@ -149,34 +159,109 @@ def _load_bundle(bundle: Bundle, where: str) -> Source:
             continue
         seen.add(run.id)
         src.runs.append(_load_run(bundle, where, gpu, run, order, src.findings))
+    _load_control(bundle, where, src)
     src.findings += _unreported(src)
     _accuracy_over_common_samples(src)
-    src.findings += integrity.check(bundle.sha256, manifest, gpu)
+    extra = [lr.run for lr in src.control_runs]
+    src.findings += integrity.check(bundle.sha256, manifest, gpu, extra)
     return src
+
+
+def _load_control(bundle: Bundle, where: str, src: Source) -> None:
+    """The null control's runs, read with the same loader and bounds as `runs`. A control
+    of the wrong shape, or whose runs name a real run's files (it would measure nothing of
+    its own), is one `bundle-invalid` finding naming the field, and no control is read;
+    the real runs are judged all the same."""
+    raw = src.manifest.control
+    if raw is None:
+        return
+    at = f"{where}/{MANIFEST}"
+    gpu = src.gpu
+    try:
+        control = Control.model_validate(raw)
+    except ValidationError as exc:
+        why = (
+            format_validation(exc, "control.")
+            if isinstance(raw, dict)
+            else "control: must be an object with `kind` and `runs`"
+        )
+        src.findings.append(_invalid(gpu, None, f"{at}: the null control is malformed: {why}"))
+        return
+    owner = _files_owned([lr.run for lr in src.runs])
+    problem = _shared_file(_first_of_each(control.runs), owner)
+    if problem is not None:
+        src.findings.append(
+            _invalid(gpu, None, f"{at}: the null control is not read: control.runs: {problem}")
+        )
+        return
+    _check_numbers(at, control.runs, "control.runs")
+    src.control = control
+    seen = {lr.run.id for lr in src.runs}
+    for order, run in enumerate(control.runs):
+        if run.id in seen:
+            src.findings.append(
+                _invalid(
+                    gpu,
+                    run.id,
+                    f"control run id {run.id!r} appears twice in the manifest (or is a real "
+                    "run's); only the first is used",
+                )
+            )
+            continue
+        seen.add(run.id)
+        src.control_runs.append(_load_run(bundle, where, gpu, run, order, src.findings))
+
+
+def _first_of_each(runs: list[Run]) -> list[Run]:
+    """Runs with a repeated id left out (a repeated id is reported, and skipped, alone)."""
+    ids: set[str] = set()
+    out = []
+    for run in runs:
+        if run.id not in ids:
+            ids.add(run.id)
+            out.append(run)
+    return out
+
+
+def _names(run: Run) -> list[str]:
+    f = run.files
+    names = (f.speed, f.records, f.wer, f.server)
+    return list(dict.fromkeys(posixpath.normpath(x) for x in names if x))
+
+
+def _files_owned(runs: list[Run]) -> dict[str, str]:
+    """Each file the runs name, by the id of the run naming it."""
+    return {rel: run.id for run in runs for rel in _names(run)}
+
+
+def _shared_file(runs: list[Run], owner: dict[str, str]) -> str | None:
+    """The first file two runs name (`owner`: files already taken, by run id), or None."""
+    taken = dict(owner)
+    for run in runs:
+        for rel in _names(run):
+            if rel in taken:
+                return f"runs {taken[rel]!r} and {run.id!r} both name {rel}"
+            taken[rel] = run.id
+    return None
 
 
 def _check_runs(at: str, runs: list[Run]) -> None:
     """The manifest's numbers are within physical ranges, and each run names files of
     its own: runs sharing one file would make the work grow with runs × file size (600
     runs naming one 20,000-row file took minutes and gigabytes) and measure nothing new."""
-    owner: dict[str, str] = {}
-    ids: set[str] = set()
-    for run in runs:
-        if run.id in ids:
-            continue  # a repeated id is reported, and skipped, on its own
-        ids.add(run.id)
-        f = run.files
-        names = (f.speed, f.records, f.wer, f.server)
-        for rel in dict.fromkeys(posixpath.normpath(x) for x in names if x):
-            if rel in owner:
-                raise InputError(at, f"runs {owner[rel]!r} and {run.id!r} both name {rel}")
-            owner[rel] = run.id
+    problem = _shared_file(_first_of_each(runs), {})
+    if problem is not None:
+        raise InputError(at, problem)
+    _check_numbers(at, runs, "runs")
+
+
+def _check_numbers(at: str, runs: list[Run], name: str) -> None:
     for i, run in enumerate(runs):
-        check_number(at, f"runs[{i}].wall_clock_s", run.wall_clock_s, MIN_WALL_S, MAX_SECONDS)
-        check_number(at, f"runs[{i}].round", run.round, 1, 1e6)
-        check_number(at, f"runs[{i}].concurrency", run.concurrency, 1, 1e6)
-        check_number(at, f"runs[{i}].requests", run.requests, 0, MAX_COUNT)
-        check_number(at, f"runs[{i}].warmup_requests", run.warmup_requests, 0, MAX_COUNT)
+        check_number(at, f"{name}[{i}].wall_clock_s", run.wall_clock_s, MIN_WALL_S, MAX_SECONDS)
+        check_number(at, f"{name}[{i}].round", run.round, 1, 1e6)
+        check_number(at, f"{name}[{i}].concurrency", run.concurrency, 1, 1e6)
+        check_number(at, f"{name}[{i}].requests", run.requests, 0, MAX_COUNT)
+        check_number(at, f"{name}[{i}].warmup_requests", run.warmup_requests, 0, MAX_COUNT)
 
 
 def _check_parsed(at: dict[str, str], lr: LoadedRun) -> None:
@@ -195,8 +280,9 @@ def _check_parsed(at: dict[str, str], lr: LoadedRun) -> None:
         check_server(at.get("server") or "?", lr.server)
 
 
-def _invalid(gpu: str, run_id: str, message: str) -> Finding:
-    return Finding(code="bundle-invalid", severity="error", message=message, gpu=gpu, runs=[run_id])
+def _invalid(gpu: str, run_id: str | None, message: str) -> Finding:
+    runs = [run_id] if run_id is not None else []
+    return Finding(code="bundle-invalid", severity="error", message=message, gpu=gpu, runs=runs)
 
 
 def read_run_file(

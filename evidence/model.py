@@ -162,6 +162,18 @@ class Design(_Open):
         return self.paired and self.name in PAIRED_DESIGNS
 
 
+class Control(_Open):
+    """The manifest's `control`: runs of a null control interleaved with the real ones
+    (docs/bundle.md). Validated apart from the manifest (`Manifest.control` is kept raw),
+    so a malformed control is a finding naming its field and the real runs are still
+    judged."""
+
+    kind: Literal["aa"]  # the base code again in the head's place: the only kind known
+    summary: str | None = None
+    runs: list[Run] = Field(default_factory=list)
+    gpu_minutes: float | None = Field(default=None, ge=0, le=1e6)
+
+
 class Manifest(_Open):
     schema_: Literal["rsi-bundle/1"] = Field(alias="schema")
     verification_id: str
@@ -186,6 +198,8 @@ class Manifest(_Open):
     gpu_minutes: GpuMinutes | None = None
     # How base and head were measured (None: a runner from before designs: sequential).
     design: Design | None = None
+    # A null control (`Control`), as written: the loader validates it on its own.
+    control: Any = None
 
     @property
     def measured_by(self) -> Design:
@@ -450,6 +464,9 @@ class StudyRow(BaseModel):
     # many complete pairs.
     method: Literal["paired", "welch"] | None = None
     pairs: int | None = None
+    # The verdict the row had before the null control of its configuration, which moved
+    # as much in the same direction, made it inconclusive (None: not demoted).
+    demoted_from: Verdict | None = None
 
 
 class Headline(BaseModel):
@@ -525,6 +542,47 @@ class HostCpu(BaseModel):
     steady: bool  # CV and side gap both within threshold_pct
 
 
+class ControlRow(BaseModel):
+    """The null control of one configuration: base against the base code again in the
+    head's place, compared like a row on the primary metric (head = the control)."""
+
+    gpu: str
+    mode: Mode
+    concurrency: int
+    metric: str
+    label: str
+    better: Literal["higher", "lower"]
+    delta_pct: float | None
+    ci_low_pct: float | None
+    ci_high_pct: float | None
+    delta_abs: float | None = None
+    ci_low_abs: float | None = None
+    ci_high_abs: float | None = None
+    p_value: float | None = None
+    mde_pct: float | None = None
+    method: Literal["paired", "welch"]
+    pairs: int | None = None  # complete control pairs compared (paired only)
+    n_base: int = 0
+    n_control: int = 0
+    verdict: Verdict
+    threshold_pct: float | None = None
+    threshold_abs: float | None = None
+    moved: bool = False  # improved/regressed, or its point estimate past the threshold
+    note: str | None = None
+
+
+class ControlResult(BaseModel):
+    """A GPU's null control: which kind (the engine's words for it), its GPU cost and
+    its rows. `runner_summary` is the runner's own description, bounded, only quoted."""
+
+    kind: str
+    summary: str
+    runs: int
+    gpu_minutes: float | None = None
+    rows: list[ControlRow] = Field(default_factory=list)
+    runner_summary: str | None = None
+
+
 class GpuResult(BaseModel):
     verdict: Overall
     reason: str
@@ -544,6 +602,8 @@ class GpuResult(BaseModel):
     # from before these were recorded; no `host_cpu_ms` in the runs).
     design: DesignResult | None = None
     host_cpu: HostCpu | None = None
+    # The null control (None: none ran, or evidence from before controls).
+    control: ControlResult | None = None
 
 
 class ClaimRowResult(BaseModel):

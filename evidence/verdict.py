@@ -19,8 +19,9 @@ def decide(rows: list[StudyRow], findings: list[Finding]) -> tuple[Overall, str]
     """invalid > regressed (primary or guard) > improved > inconclusive > no-change.
 
     No change means every primary row is equivalent (its interval inside ± the
-    threshold); a primary row whose interval is too wide makes the study inconclusive.
-    Guards only lower the verdict.
+    threshold); a primary row whose interval is too wide, or whose change the null
+    control matched (`StudyRow.demoted_from`), makes the study inconclusive. Guards only
+    lower the verdict.
     """
     errors = [f for f in findings if f.severity == "error"]
     if errors:
@@ -47,6 +48,13 @@ def decide(rows: list[StudyRow], findings: list[Finding]) -> tuple[Overall, str]
     if not prim:
         return "inconclusive", "no primary figure could be compared"
     wide = [r for r in prim if r.verdict != "no-change"]
+    demoted = [r for r in wide if r.demoted_from is not None]
+    if demoted:
+        r = _most_evidence(demoted)
+        return "inconclusive", (
+            f"{_where(r)}: {r_label(r)} {fmt_change(r)} would read {r.demoted_from}, but "
+            "the null control (base against base) moved as much there"
+        )
     if wide:
         r = _most_evidence(wide)
         # What this row could have detected: the least sensitive row's figure would
