@@ -19,7 +19,7 @@ import functools
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,6 +30,8 @@ from markupsafe import Markup
 from evidence import design, inert
 from evidence.metrics import BY_NAME
 from evidence.model import (
+    ControlResult,
+    ControlRow,
     DesignServerResult,
     Evidence,
     Finding,
@@ -344,9 +346,11 @@ def row_ci(r: StudyRow) -> str:
 
 def row_verdict(r: StudyRow) -> str:
     """The row's verdict; a failed guard says so; an inconclusive primary row says the
-    smallest change its rounds could have detected."""
+    smallest change its rounds could have detected, or that the null control matched it."""
     if r.guard_failed:
         return "regressed, guard failed"
+    if r.demoted_from is not None:
+        return f"inconclusive, {r.demoted_from} but no more than the null control"
     if r.primary and r.verdict == "inconclusive" and r.mde_pct is not None:
         return f"inconclusive, could detect ±{r.mde_pct:.1f}%"
     return r.verdict
@@ -604,6 +608,19 @@ class ServerView:
 
 
 @dataclass(frozen=True)
+class ControlRowView:
+    """One configuration of a null control, formatted for the report's table."""
+
+    config: str  # "streaming c=16"
+    label: str
+    count: str  # "8 pairs", or "4 base / 4 control runs" unpaired
+    delta: str
+    interval: str
+    verdict: str
+    note: str | None
+
+
+@dataclass(frozen=True)
 class MethodView:
     """Per GPU: which design measured the runs and what it assumes, in the engine's
     words; the runner's own words apart (quoted in the report only); and how much the
@@ -622,6 +639,12 @@ class MethodView:
     servers: list[ServerView]
     host: str | None  # "This runner's CPU speed varied 24% …" when it was unsteady
     host_steady: str | None  # a short note when it held steady (report only)
+    # The null control in one line ("Null control (base against base, 8 pairs, 0.31
+    # GPU-min): +0.4% [-0.6%, +1.3%] — no-change"), its rows for the report's table, and
+    # the runner's own words for it (quoted in the report only). None/empty: no control.
+    control: str | None = None
+    control_rows: list[ControlRowView] = field(default_factory=list)
+    control_runner_summary: str | None = None
 
 
 def _memory(s: DesignServerResult) -> str:
@@ -690,6 +713,59 @@ def host_words(h: HostCpu | None, paired: bool) -> tuple[str | None, str | None]
     return " ".join(parts), None
 
 
+def _count(r: ControlRow, unit: str) -> str:
+    """What a control row compared: "8 pairs", or "4 base / 4 control rounds"."""
+    if r.pairs is not None:
+        return f"{r.pairs} pair{'s' if r.pairs != 1 else ''}"
+    return f"{r.n_base} base / {r.n_control} control {unit}s"
+
+
+def _control_change(r: ControlRow) -> str:
+    if r.delta_pct is None:
+        return "no figure"
+    if r.ci_low_pct is None or r.ci_high_pct is None:
+        return f"{fmt_pct(r.delta_pct)} (no interval)"
+    return f"{fmt_pct(r.delta_pct)} {fmt_interval(r.ci_low_pct, r.ci_high_pct)}"
+
+
+def control_line(c: ControlResult | None, unit: str) -> str | None:
+    """A GPU's null control in one line: its cost, and each configuration's change of
+    the control against base with its verdict."""
+    if c is None:
+        return None
+    cost = f", {round(c.gpu_minutes, 2):g} GPU-min" if c.gpu_minutes is not None else ""
+    if not c.rows:
+        return f"Null control (base against base{cost}): no control run could be compared"
+    if len(c.rows) == 1:
+        r = c.rows[0]
+        return (
+            f"Null control (base against base, {_count(r, unit)}{cost}): "
+            f"{_control_change(r)} — {r.verdict}"
+        )
+    parts = [
+        f"{r.mode} c={r.concurrency}: {_control_change(r)} — {r.verdict} ({_count(r, unit)})"
+        for r in c.rows
+    ]
+    return f"Null control (base against base{cost}): " + "; ".join(parts)
+
+
+def _control_rows(c: ControlResult | None, unit: str) -> list[ControlRowView]:
+    if c is None:
+        return []
+    return [
+        ControlRowView(
+            config=f"{r.mode} c={r.concurrency}",
+            label=r.label,
+            count=_count(r, unit),
+            delta=fmt_pct(r.delta_pct),
+            interval=fmt_interval(r.ci_low_pct, r.ci_high_pct),
+            verdict=r.verdict,
+            note=r.note,
+        )
+        for r in c.rows
+    ]
+
+
 def method_views(ev: Evidence) -> list[MethodView]:
     """Per GPU with a recorded design (evidence from before designs has none)."""
     out = []
@@ -721,6 +797,9 @@ def method_views(ev: Evidence) -> list[MethodView]:
                 ],
                 host=host,
                 host_steady=steady,
+                control=control_line(g.control, d.unit),
+                control_rows=_control_rows(g.control, d.unit),
+                control_runner_summary=g.control.runner_summary if g.control else None,
             )
         )
     return out
