@@ -187,10 +187,18 @@ def parser() -> argparse.ArgumentParser:
     )
     opt.add_argument(
         "--design",
-        choices=("sequential", "alternate"),
-        default="sequential",
-        help="sequential (default): a server start per run; alternate: both servers resident "
-        "on one GPU, the idle one frozen, bursts of --requests alternating (runners/resident.py)",
+        choices=("auto", "sequential", "alternate"),
+        default="auto",
+        help="auto (default): the task's [benchmark] design; sequential: a server start per "
+        "run; alternate: both servers resident on one GPU, the idle one frozen, bursts of "
+        "--requests alternating (runners/resident.py)",
+    )
+    opt.add_argument(
+        "--control",
+        choices=("none", "aa"),
+        default="none",
+        help="aa: a null control (the base code again, in the head's place) paired with the "
+        "base beside every real pair; needs the alternate design",
     )
     opt.add_argument("--runner-name", help="default: $RUNNER_NAME or the host name")
     opt.add_argument("--runner-labels", type=_csv, help="comma-separated runner labels")
@@ -337,6 +345,14 @@ def _verify(args: argparse.Namespace) -> int:
     if auto and args.max_rounds < 2:
         print("rsi-runner: --rounds auto needs --max-rounds of at least 2", file=sys.stderr)
         return 2
+    design = task.benchmark.design if args.design == "auto" else args.design
+    if args.control != "none" and design != "alternate":
+        print(
+            f"rsi-runner: --control {args.control} needs the alternate design "
+            f"(this verification's is {design}: pass --design alternate)",
+            file=sys.stderr,
+        )
+        return 2
     vid = args.verification_id or time.strftime("local-%Y%m%dT%H%M%SZ", time.gmtime())
     opts = Options(
         repo=args.repo,
@@ -373,7 +389,9 @@ def _verify(args: argparse.Namespace) -> int:
         candidate_users=args.candidate_users,
         benchmark_ref=args.benchmark_ref,
         cpu_placement=args.cpu_placement,
-        design=args.design,
+        design=design,
+        design_source="task" if args.design == "auto" else "option",
+        control=args.control,
     )
     if args.python:
         opts.python = args.python

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from runners.verify import Verifier
 
 MEMORY_FRACTION = 0.45  # `{memory_fraction}` offered to each of the two resident servers
+SEQUENTIAL_MEMORY_FRACTION = 0.85  # … and to the one server of a sequential run
 FIT_FRACTION = 0.5  # a server using more of the GPU's memory than this cannot have a twin
 ROW_PLACEHOLDERS = ("{mode}", "{concurrency}", "{requests}", "{round}")
 
@@ -78,14 +79,21 @@ def describe(name: str, **extra: Any) -> dict[str, Any]:
     }
 
 
+CONTROL_SUMMARY = (
+    "base against the base code again, resident in its own cgroup, in the head's place"
+)
+
+
 class Refused(Exception):
     """The alternate design cannot run here (two servers do not fit); sequential runs."""
 
 
 @dataclass
 class Resident:
-    """One side's resident server."""
+    """One resident server: `slot` is base, head or control (the base code again, in the
+    head's place); `side` whose code and user it runs (the control's is the base's)."""
 
+    slot: str
     side: str
     server: proc.Process
     group: Group | None
@@ -137,14 +145,17 @@ class Alternation:
         self.row: str | None = None
         self.starts = 0
         self.stop_reason: str | None = None
+        self.control = v.o.control == "aa"
+        self.control_runs: list[dict[str, Any]] = []
 
     # ------------------------------------------------------------------ servers
 
-    def _start(self, side: str, p: schedule.Planned) -> Resident:
+    def _start(self, slot: str, p: schedule.Planned) -> Resident:
         v = self.v
         assert v.workdir is not None
+        side = "base" if slot == "control" else slot
         self.starts += 1
-        label = f"resident-{side}-{self.starts}"
+        label = f"resident-{slot}-{self.starts}"
         scratch = v.workdir / "scratch" / label
         shutil.rmtree(scratch, ignore_errors=True)
         scratch.mkdir(parents=True)
@@ -183,6 +194,7 @@ class Alternation:
             raise RunFailure("start-failed", f"the server could not be started: {exc}") from exc
         placement.pin(server.pid, v.placement.server if v.placement else None)
         res = Resident(
+            slot,
             side,
             server,
             group,
@@ -200,8 +212,8 @@ class Alternation:
                 "memory_fraction": MEMORY_FRACTION,
             },
         )
-        self.servers[side] = res
-        self.records[side].append(res.record)
+        self.servers[slot] = res
+        self.records.setdefault(slot, []).append(res.record)
         res.record["startup_s"] = round(v._wait_healthy(server, health, v.deadline), 4)
         return res
 
@@ -212,32 +224,35 @@ class Alternation:
         total = self.v.backend.info().gpu_memory_total_mib
         return (int(used) if isinstance(used, int | float) else None), total
 
-    def _ensure(self, side: str, p: schedule.Planned) -> Resident:
-        """The side's resident server, started (and warmed for the mode) when needed."""
-        res = self.servers.get(side)
+    def _only(self, slot: str) -> None:
+        """Freeze every resident server but `slot`'s."""
+        for other in self.servers.values():
+            if other.slot != slot:
+                freeze(other, True)
+
+    def _ensure(self, slot: str, p: schedule.Planned) -> Resident:
+        """The slot's resident server, started (and warmed for the mode) when needed."""
+        res = self.servers.get(slot)
         if res is not None and res.server.poll() is not None:
             self._end(res)  # it died: a new one takes its place
             res = None
         if res is None:
-            other = self.servers.get("head" if side == "base" else "base")
-            if other is not None:
-                freeze(other, True)
+            first = not self.servers
+            self._only(slot)
             before, total = self._vram()
-            res = self._start(side, p)
+            res = self._start(slot, p)
             after, _ = self._vram()
             if before is not None and after is not None:
                 res.record["vram_mib"] = max(0, after - before)
             res.record["gpu_memory_total_mib"] = total
             used = res.record.get("vram_mib")
-            if other is None and total and isinstance(used, int) and used > FIT_FRACTION * total:
+            if first and total and isinstance(used, int) and used > FIT_FRACTION * total:
                 raise Refused(
                     f"the base server took {used} MiB of the GPU's {total} MiB: two servers "
                     "do not fit, so the sequential design ran"
                 )
         if p.mode not in res.warmed and p.warmup_requests > 0:
-            other = self.servers.get("head" if side == "base" else "base")
-            if other is not None and other is not res:
-                freeze(other, True)
+            self._only(slot)
             freeze(res, False)
             res.record.setdefault("warmup", {})[p.mode] = self._warm(res, p)
         res.warmed.add(p.mode)
@@ -250,21 +265,27 @@ class Alternation:
         p = dataclasses.replace(p, warmup_requests=max(p.warmup_requests, p.requests))
         scratch = Path(str(res.vals["scratch"]))
         vals = dict(res.vals, mode=p.mode, concurrency=p.concurrency)
-        log = v.bundle.log_dir(f"resident-{res.side}-{res.record['start']}") / "client.log"
+        log = v.bundle.log_dir(f"resident-{res.slot}-{res.record['start']}") / "client.log"
         return v._warm_up(p, vals, scratch, v.client_env(vals), log, res.server, v.deadline)
 
     def _end(self, res: Resident) -> list[dict[str, Any]]:
-        """Stop a resident server and everything of its user; the survivors, if any."""
+        """Stop a resident server and its cgroup; once no server of its user is left, every
+        process of that user too (the survivors, if any: they escaped their cgroup). The
+        control runs as the base's user, so the base's end must not sweep it away."""
         freeze(res, False)
         rc = res.server.stop(self.v.task.server.stop_grace_s)
         res.record["exit"] = {"returncode": rc, "how": res.server.stopped_how}
         res.record["ended_at"] = iso()
         res.record["resident_s"] = round(time.monotonic() - res.started_t, 3)
-        survivors = self.v.sandbox.end(res.side, res.group)
+        if self.servers.get(res.slot) is res:
+            del self.servers[res.slot]
+        if res.group is not None:
+            res.group.kill()
+        survivors: list[dict[str, Any]] = []
+        if not any(o.side == res.side for o in self.servers.values()):
+            survivors = self.v.sandbox.end(res.side, None)
         if survivors:
             res.record["survivors"] = survivors
-        if self.servers.get(res.side) is res:
-            del self.servers[res.side]
         if not self.servers and self.held_since is not None:
             self.held_s += time.monotonic() - self.held_since
             self.held_since = None
@@ -300,6 +321,8 @@ class Alternation:
                     v.bundle.add(v._skipped(p, self.stop_reason))
                     continue
                 rec = self.burst(p)
+                if self.control and self._ends_pair(p) and time.monotonic() < v.deadline:
+                    self._control_pair(p)
                 if rec["status"] == "failed":
                     if rec.get("failure") == "total-time-limit":
                         self.stop_reason = (
@@ -315,12 +338,46 @@ class Alternation:
             survivors = self.close()
             if survivors:
                 v.bundle.update(survivors=survivors)
+            if self.control:
+                v.bundle.update(control=self.control_record())
         return self.stop_reason
 
-    def burst(self, p: schedule.Planned) -> dict[str, Any]:
-        """One burst of one side: thaw it, the other frozen, run the client, freeze it."""
+    @staticmethod
+    def _ends_pair(p: schedule.Planned) -> bool:
+        """Whether `p` is the second run of its pair (odd rounds: base then head)."""
+        return p.side == ("head" if p.round % 2 else "base")
+
+    def _control_pair(self, p: schedule.Planned) -> None:
+        """The null control's pair of round `p.round`: the base against the base code again
+        in the head's place, ordered as the real pair was."""
+        order = ("base", "control") if p.round % 2 else ("control", "base")
+        for slot in order:
+            side = "head" if slot == "control" else "base"
+            cid = f"ctl-{schedule.run_id(side, p.round, p.mode, p.concurrency)}"
+            q = dataclasses.replace(p, id=cid, side=side)
+            self.control_runs.append(self.burst(q, slot=slot, add=False))
+
+    def control_record(self) -> dict[str, Any] | None:
+        """The manifest's `control` (None without one)."""
+        if not self.control:
+            return None
+        from runners.adaptive import held_minutes
+
+        return {
+            "kind": "aa",
+            "summary": CONTROL_SUMMARY,
+            "runs": self.control_runs,
+            "gpu_minutes": held_minutes(self.control_runs)["total"],
+        }
+
+    def burst(
+        self, p: schedule.Planned, slot: str | None = None, add: bool = True
+    ) -> dict[str, Any]:
+        """One burst of one slot (default: the run's side): thaw it, the others frozen, run
+        the client, freeze it. `add`: record it among the bundle's runs."""
         from runners.verify import RunFailure
 
+        slot = slot or p.side
         v = self.v
         rdir = v.bundle.run_dir(p.id)
         client_log = v.bundle.log_dir(p.id) / "client.log"
@@ -352,18 +409,16 @@ class Alternation:
                     )
                 self.waited = True
                 t0 = time.monotonic()
-            res = self._ensure(p.side, p)
+            res = self._ensure(slot, p)
             rec["logs"]["server"] = res.record["log"]
             if res.fresh:
                 res.fresh = False
                 info["startup_s"] = res.record.get("startup_s")
                 info["warmup"] = (res.record.get("warmup") or {}).get(p.mode)
                 t0 = res.started_t  # this burst carries its server's start-up
-            info["resident"] = {"side": p.side, "start": res.record["start"]}
+            info["resident"] = {"slot": slot, "start": res.record["start"]}
             info["peak_vram_mib"] = res.record.get("vram_mib")
-            other = self.servers.get("head" if p.side == "base" else "base")
-            if other is not None:
-                freeze(other, True)
+            self._only(slot)
             freeze(res, False)
             info["host_cpu_ms"] = host.loop_ms(min(v.placement.server) if v.placement else None)
             monitor = Monitor(v.backend, v.o.sample_interval_s).start()
@@ -443,7 +498,7 @@ class Alternation:
             rec["logs"] = {k: x for k, x in rec["logs"].items() if (v.bundle.out / x).is_file()}
             if client_log.is_file():
                 rec["logs"]["client"] = v.bundle.rel(client_log)
-            if failure is None or failure.kind != "refused":
+            if add and (failure is None or failure.kind != "refused"):
                 v.bundle.add(rec)
         return rec
 

@@ -48,6 +48,7 @@ RUN_PLACEHOLDERS = frozenset(
         "mode",
         "rsi_root",
         "bench",
+        "memory_fraction",
     }
 )
 PREPARE_PLACEHOLDERS = frozenset(
@@ -55,6 +56,7 @@ PREPARE_PLACEHOLDERS = frozenset(
 )
 DATASET_PLACEHOLDERS = PREPARE_PLACEHOLDERS - {"dataset"}
 MODES = ("streaming", "non-streaming")
+DESIGNS = ("sequential", "alternate")
 
 
 class TaskError(ValueError):
@@ -128,6 +130,10 @@ class Benchmark:
     # a head that changes them is reported as measured with the trusted copy.
     trusted_ref: str | None = None
     scripts: tuple[str, ...] = ("benchmarks",)
+    # How base and head are measured when the runner is not told (`--design auto`):
+    # `alternate` (both servers resident on one GPU, runners/resident.py) for a task whose
+    # server fits twice; `sequential` (a server start per run) otherwise.
+    design: str = "sequential"
 
 
 @dataclass(frozen=True)
@@ -390,8 +396,12 @@ def parse(doc: Mapping[str, Any], where: str = "task") -> Task:
             "modes",
             "trusted_ref",
             "scripts",
+            "design",
         }
     )
+    design = b.str_("design", "sequential")
+    if design not in DESIGNS:
+        raise b.err("design", f"must be one of {', '.join(DESIGNS)}")
     conc = b.t.get("concurrencies")
     if (
         not isinstance(conc, list)
@@ -442,6 +452,7 @@ def parse(doc: Mapping[str, Any], where: str = "task") -> Task:
         keep=keep,
         trusted_ref=b.opt_str("trusted_ref"),
         scripts=b.strs("scripts") if "scripts" in b.t else ("benchmarks",),
+        design=design,
     )
 
     acc: Accuracy | None = None

@@ -94,6 +94,8 @@ class Options:
     gpu_minutes: float | None = None
     cpu_placement: str = "split"  # runners/placement.py: server and client on disjoint cores
     design: str = "sequential"  # or "alternate": both servers resident (runners/resident.py)
+    control: str = "none"  # "aa": a null control's pairs beside the real ones (alternate only)
+    design_source: str = "option"  # "task" when `--design auto` took the task's own
 
 
 class Interrupted(BaseException):
@@ -281,6 +283,7 @@ class Verifier:
             extra["memory_fraction"] = resident.MEMORY_FRACTION
         if self.refused:
             extra["refused"] = self.refused
+        extra["chosen_by"] = self.o.design_source
         return resident.describe(self.design, **extra)
 
     # ------------------------------------------------------------------ signals
@@ -385,6 +388,9 @@ class Verifier:
             "side": side,
             "rsi_root": str(RUNNER_ROOT),
             "bench": str(self.bench_tree or ""),
+            "memory_fraction": resident.MEMORY_FRACTION
+            if self.design == "alternate"
+            else resident.SEQUENTIAL_MEMORY_FRACTION,
             "warmup": self.warmup,
         }
 
@@ -538,6 +544,8 @@ class Verifier:
     def _fall_back(self, reason: str) -> None:
         """Two servers do not fit: the sequential design runs the plan from the start."""
         self.warnings.append(f"design alternate refused: {reason}")
+        if self.o.control != "none":
+            self.warnings.append("the null control needs the alternate design: it did not run")
         self.design, self.refused = "sequential", reason
         self.bundle.runs.clear()
         self.rounds = self._rounds()

@@ -13,11 +13,19 @@ from typing import Any
 import pytest
 
 from evidence.build import Inputs
-from runners import resident, sandbox
+from runners import _toml, resident, sandbox
 from runners import task as tasks
 from runners.gpu import Backend, GpuInfo
 from runners.verify import Options, Verifier
-from tests.test_runner_verify import CANDIDATE_PYTHON, build, make_repo, verify
+from tests.test_runner_verify import (
+    CANDIDATE_PYTHON,
+    ROOT,
+    build,
+    make_repo,
+    runner_cmd,
+    runner_env,
+    verify,
+)
 
 
 @pytest.fixture
@@ -105,7 +113,16 @@ def test_a_frozen_server_does_not_run_and_a_thawed_one_does(reachable_tmp: Path)
         deadline = time.monotonic() + 10
         while not tick.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
-        res = resident.Resident("base", _Proc(proc), group, {}, tick, time.monotonic(), {})
+        res = resident.Resident(
+            "base",
+            "base",
+            _Proc(proc),  # type: ignore[arg-type]
+            group,
+            {},
+            tick,
+            time.monotonic(),
+            {},
+        )
         resident.freeze(res, True)
         assert "frozen 1" in (group.path / "cgroup.events").read_text()
         before = tick.read_text()
@@ -206,3 +223,52 @@ def test_a_server_command_that_changes_with_the_row_gets_a_server_per_row() -> N
     assert resident.per_row(V()) is False  # type: ignore[arg-type]
     V.task = tasks.load("dry")  # its command names {round}
     assert resident.per_row(V()) is True  # type: ignore[arg-type]
+
+
+def test_a_null_control_pairs_the_base_code_with_the_base_beside_every_real_pair(
+    tmp_path: Path,
+) -> None:
+    r, _, m = verify(tmp_path, {}, {}, "--design", "alternate", "--control", "aa")
+    assert r.returncode == 0, r.stderr
+    assert not m.get("survivors")  # the control shares the base's user, not its cgroup
+    c = m["control"]
+    assert c["kind"] == "aa"
+    assert c["gpu_minutes"] > 0
+    assert [(x["id"], x["status"]) for x in c["runs"]] == [
+        ("ctl-r1-base-nonstream-c4", "ok"), ("ctl-r1-head-nonstream-c4", "ok"),
+        ("ctl-r2-head-nonstream-c4", "ok"), ("ctl-r2-base-nonstream-c4", "ok"),
+    ]  # fmt: skip
+    assert [x["id"] for x in m["runs"]] == [
+        "r1-base-nonstream-c4", "r1-head-nonstream-c4",
+        "r2-head-nonstream-c4", "r2-base-nonstream-c4",
+    ]  # fmt: skip
+    servers = m["design"]["servers"]
+    assert [len(servers[s]) for s in ("base", "head", "control")] == [1, 1, 1]
+    assert "/base/" in " ".join(servers["control"][0]["command"])  # the base's code
+    for x in c["runs"]:
+        assert x["files"]["speed"] in m["digests"]
+
+
+def test_a_null_control_needs_the_alternate_design(tmp_path: Path) -> None:
+    b, h = make_repo(tmp_path / "repo", {}, {})
+    out = tmp_path / "bundle"
+    r = subprocess.run(
+        runner_cmd(tmp_path / "repo", b, h, out, "--control", "aa"),
+        cwd=ROOT,
+        env=runner_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2
+    assert "--control aa needs the alternate design (this verification's is sequential" in r.stderr
+    assert not out.exists()
+
+
+def test_without_design_the_task_chooses() -> None:
+    assert tasks.load("gpu-reference").benchmark.design == "alternate"
+    assert tasks.load("dry").benchmark.design == "sequential"
+    doc = _toml.loads(tasks.resolve("dry").read_text())
+    doc["benchmark"]["design"] = "both"
+    with pytest.raises(tasks.TaskError, match=r"`benchmark.design` must be one of sequential, alt"):
+        tasks.parse(doc, "dry.toml")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The measurement designs on the H200 (issue 20): each pair through `python3 -m runners
+# The measurement designs on the H200: each pair through `python3 -m runners
 # verify --rounds auto`, isolated, both modes, bundles zipped into $OUT.
 #   OUT=/tmp/out DESIGN=alternate|sequential bash runners/reference/designs.sh NAME…
 # NAME: graph (eager → CUDA graph), aag (A/A, CUDA graph), aag-swap (the same, commits
