@@ -30,7 +30,7 @@ for name in "$@"; do
     --task gpu-reference --gpu h200 --modes "${MODES:-streaming,non-streaming}" \
     --rounds auto --max-rounds "${MAX_ROUNDS:-20}" --design "$design" \
     --repo-name openrsi-bot/gpu-reference --verification-id "$id" --out "$w/$id" \
-    --total-timeout "$limit" 2>&1 | tail -1
+    --total-timeout "$limit" ${CONTROL:+--control "$CONTROL"} 2>&1 | tail -1
   python3 - "$w/$id/manifest.json" "$t0" <<'PY'
 import json, sys, time
 m = json.load(open(sys.argv[1]))
@@ -40,6 +40,9 @@ print(m["verification_id"], "wall", round(time.time() - float(sys.argv[2]), 1), 
       (m.get("design") or {}).get("name"), (m.get("design") or {}).get("refused"))
 for row, r in (a.get("rows") or {}).items():
     print("  ", row, r.get("verdict"), r.get("rounds"), r.get("reason"))
+c = m.get("control") or {}
+if c:
+    print("   control", len(c.get("runs") or []), "bursts", c.get("gpu_minutes"), "GPU min")
 for s, recs in ((m.get("design") or {}).get("servers") or {}).items():
     for r in recs:
         print("  server", s, r.get("startup_s"), "vram", r.get("vram_mib"), "of",
