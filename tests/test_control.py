@@ -20,9 +20,11 @@ import orjson
 import pytest
 
 from evidence.build import Inputs, build, write
+from evidence.control import demote
 from evidence.errors import BoundError
 from evidence.limits import Limits
-from evidence.model import Evidence
+from evidence.metrics import BY_NAME
+from evidence.model import ControlRow, Evidence, StudyRow
 from evidence.render import render_check, render_comment, render_report
 
 REAL = Path(__file__).parent / "fixtures" / "h200-reference" / "rsi-bundle-v-autoaag-h200.zip"
@@ -349,3 +351,118 @@ def test_control_files_are_covered_by_the_digests(tmp_path: Path) -> None:
     ev, _ = build(Inputs(bundles=[bundle]))
     (bad,) = [f for f in ev.audit if f.code == "digest-mismatch"]
     assert "control/ctl-r3-head-stream-c16/speed_results.json differs" in bad.message
+
+
+def test_hostile_control_run_ids_are_inert_where_the_audit_lists_them(tmp_path: Path) -> None:
+    def ids(doc: Doc) -> None:
+        for i, r in enumerate(doc["control"]["runs"]):
+            r["id"] = f"{HOSTILE} {i}"
+
+    ev, _ = build(Inputs(bundles=[control_bundle(tmp_path / "b", control_scale=MOVED, edit=ids)]))
+    (moved,) = [f for f in ev.audit if f.code == "control-moved"]
+    assert moved.runs[0] == f"{HOSTILE} 0"
+    t = texts(ev, tmp_path)
+    for kind in ("comment", "check"):
+        assert "<img" not in t[kind]
+        assert "@team" not in t[kind]
+        assert "](https://evil" not in t[kind]
+    assert "<img src=x" not in t["report"]
+
+
+def test_a_control_of_a_sequential_bundle_is_compared_unpaired(tmp_path: Path) -> None:
+    def sequential(doc: Doc) -> None:
+        del doc["design"]
+
+    ev, _ = build(Inputs(bundles=[control_bundle(tmp_path / "b", edit=sequential)]))
+    ctl = ev.gpus["H200"].control
+    assert ctl is not None
+    (c,) = ctl.rows
+    assert (c.method, c.pairs, c.n_base, c.n_control) == ("welch", None, 8, 8)
+    assert "Null control (base against base, 8 base / 8 control rounds, 0.31 GPU-min)" in (
+        render_comment(ev, None)
+    )
+
+
+def test_an_empty_control_says_nothing_could_be_compared(tmp_path: Path) -> None:
+    def empty(doc: Doc) -> None:
+        doc["control"]["runs"] = []
+        del doc["control"]["gpu_minutes"]
+
+    ev, _ = build(Inputs(bundles=[control_bundle(tmp_path / "b", edit=empty)]))
+    assert not [f for f in ev.audit if f.severity == "error"]
+    assert "  - Null control (base against base): no control run could be compared\n" in (
+        render_comment(ev, None)
+    )
+
+
+def _study_row(metric: str, verdict: str, delta: float, **more: Any) -> StudyRow:
+    m = BY_NAME[metric]
+    return StudyRow(
+        gpu="H200",
+        mode="streaming",
+        concurrency=16,
+        metric=metric,
+        label=m.label,
+        unit=m.unit,
+        better=m.better,
+        base=1.0,
+        head=1.0,
+        n_base=8,
+        n_head=8,
+        delta_pct=delta,
+        ci_low_pct=delta - 1,
+        ci_high_pct=delta + 1,
+        verdict=verdict,
+        primary=True,
+        **more,
+    )
+
+
+def _control_row(metric: str, delta: float) -> ControlRow:
+    m = BY_NAME[metric]
+    return ControlRow(
+        gpu="H200",
+        mode="streaming",
+        concurrency=16,
+        metric=metric,
+        label=m.label,
+        better=m.better,
+        delta_pct=delta,
+        ci_low_pct=delta - 1,
+        ci_high_pct=delta + 1,
+        method="paired",
+        pairs=8,
+        verdict="inconclusive",
+    )
+
+
+@pytest.mark.parametrize(
+    ("metric", "verdict", "row", "control", "demoted"),
+    [
+        ("throughput_qps", "improved", 5.0, 5.0, True),  # as much: demoted
+        ("throughput_qps", "improved", 5.0, 4.9, False),
+        ("throughput_qps", "improved", 5.0, -6.0, False),  # the other way: no excuse
+        ("throughput_qps", "regressed", -5.0, -7.0, True),
+        ("throughput_qps", "regressed", -5.0, -4.0, False),
+        ("latency_p95_s", "improved", -8.0, -9.0, True),  # lower is better, mirrored
+        ("latency_p95_s", "improved", -8.0, -2.0, False),
+        ("latency_p95_s", "regressed", 8.0, 8.5, True),
+    ],
+)
+def test_the_demotion_rule(
+    metric: str, verdict: str, row: float, control: float, demoted: bool
+) -> None:
+    r = _study_row(metric, verdict, row)
+    demote([r], [_control_row(metric, control)])
+    assert (r.verdict, r.demoted_from) == (
+        ("inconclusive", verdict) if demoted else (verdict, None)
+    )
+
+
+def test_only_primary_rows_of_the_same_configuration_are_demoted() -> None:
+    other = _study_row("throughput_qps", "improved", 5.0)
+    other.concurrency = 8
+    guard = _study_row("throughput_qps", "improved", 5.0)
+    guard.primary = False
+    demote([other, guard], [_control_row("throughput_qps", 9.0)])
+    assert other.verdict == guard.verdict == "improved"
