@@ -35,6 +35,9 @@ whether it changed (`If-None-Match`: a 304 costs no rate limit and no parse).
       max_running: 2                   # verifications running at once, this repository
     base: keep                         # or main: re-measure when main moves
     benchmark_ref: v0.1.9              # the benchmark client's tree (default: the base)
+    design: auto                       # or alternate, sequential (auto: the task's own)
+    control: none                      # or aa: base-against-base pairs beside the real ones
+                                       # (needs the alternate design)
 """
 
 from __future__ import annotations
@@ -174,6 +177,32 @@ class Budget(BaseModel):
 
 AUTO = "auto"
 
+DesignName = Literal["auto", "alternate", "sequential"]
+ControlName = Literal["none", "aa"]
+
+
+def _control(value: Any) -> Any:
+    """YAML 1.1 reads an unquoted `no`, `off`, `yes` or `on` as a boolean: name the
+    cause instead of "should be 'none' or 'aa'" about a value the user never typed."""
+    if isinstance(value, bool):
+        raise ValueError(
+            "must be none or aa (YAML reads an unquoted yes/no/on/off as true/false): "
+            "write `control: none` or `control: aa`"
+        )
+    return _lower(value)
+
+
+# How each design and control reads in the config's one-line summary.
+DESIGN_WORDS: dict[str, str] = {
+    "auto": "design auto (the task's own)",
+    "alternate": "design alternate (both servers resident, bursts in pairs)",
+    "sequential": "design sequential (a server start per round)",
+}
+CONTROL_WORDS: dict[str, str] = {
+    "none": "no null control",
+    "aa": "a null control (base against base)",
+}
+
 
 def _rounds(value: Any) -> Any:
     """`rounds` is a whole number of rounds a side or `auto`; nothing else (not `true`,
@@ -232,6 +261,12 @@ class RepoConfig(BaseModel):
     benchmark_ref: Annotated[str | None, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")] = (
         None
     )
+    # How the runner measures (the dispatch's `design` input): auto leaves it to the task.
+    # design comes before control so that the control check sees it.
+    design: Annotated[DesignName, BeforeValidator(_lower)] = "auto"
+    # A null control (the dispatch's `control` input): base against base beside the real
+    # pairs, so that the machine's own side bias is in the evidence.
+    control: Annotated[ControlName, BeforeValidator(_control)] = "none"
 
     @field_validator("benchmark_ref")
     @classmethod
@@ -244,6 +279,19 @@ class RepoConfig(BaseModel):
     @classmethod
     def _dedupe(cls, v: list[str]) -> list[str]:
         return _unique(v)
+
+    @field_validator("control")
+    @classmethod
+    def _control_needs_pairs(cls, v: str, info: ValidationInfo) -> str:
+        """The control's base-against-base pairs sit between the alternate design's real
+        pairs; sequential rounds have no pairs to put them beside (the runner refuses)."""
+        if v == "aa" and info.data.get("design") == "sequential":
+            raise ValueError(
+                "`control: aa` needs the alternate design (its base-against-base pairs run "
+                "between the real pairs of resident servers; sequential rounds have none): "
+                "set `design: alternate`, or `control: none`"
+            )
+        return v
 
     @field_validator("rounds")
     @classmethod
@@ -362,7 +410,8 @@ class RepoConfig(BaseModel):
             f"failure rate {t.failure_rate:g}, other rows "
             f"{self.guards.other_rows_pct:g}%; approval {self.approval}; at most "
             f"{b.max_rounds} rounds a side, {minutes} and {b.max_running} "
-            f"verification(s) at once; base {self.base}"
+            f"verification(s) at once; base {self.base}; {DESIGN_WORDS[self.design]}, "
+            f"{CONTROL_WORDS[self.control]}"
         )
 
 

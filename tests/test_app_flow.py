@@ -365,3 +365,36 @@ def test_main_measurements_become_baseline_history(
         assert {r.metric for r in rows} >= {"throughput_qps", "latency_p95_s"}
         assert all(r.sha == BASE_SHA and r.gpu == "H200" for r in rows)
         assert len([r for r in rows if r.metric == "throughput_qps"]) == 6  # 3 rounds × 2 modes
+
+
+def test_the_repositorys_design_and_control_travel_in_the_dispatch(
+    app: Flask, client: FlaskClient, github: GitHubStandIn
+) -> None:
+    """`.github/rsi.yml`'s `design` and `control` become the dispatch's inputs of those
+    names, which the runner workflow declares (and GitHub's OpenAPI description takes:
+    at most 25 inputs)."""
+    github.set_file(appkit.UPSTREAM, ".github/rsi.yml", "design: alternate\ncontrol: aa\n")
+    vid = promote(client)["verification_id"]
+    assert verification(app, vid).state == "dispatched"
+    (dispatch,) = github.dispatches
+    assert (dispatch["inputs"]["design"], dispatch["inputs"]["control"]) == ("alternate", "aa")
+    assert len(dispatch["inputs"]) <= 25
+    assert github.errors == []
+
+
+def test_a_runner_workflow_older_than_design_and_control_takes_a_default_dispatch(
+    app: Flask, client: FlaskClient, github: GitHubStandIn
+) -> None:
+    """At the defaults (design auto, control none) neither input is sent: a runner
+    repository whose workflow does not declare them yet (GitHub refuses undeclared inputs)
+    still runs the verification."""
+    import yaml
+
+    declared = yaml.safe_load(appkit.RUNNER_WORKFLOW.read_text())[True]["workflow_dispatch"]
+    old = [n for n in declared["inputs"] if n not in ("design", "control")]
+    required = [n for n in old if declared["inputs"][n].get("required")]
+    github.add_workflow(appkit.RUNNER, appkit.RUNNER_WORKFLOW.name, inputs=old, required=required)
+    vid = promote(client)["verification_id"]
+    assert verification(app, vid).state == "dispatched"
+    (dispatch,) = github.dispatches
+    assert not {"design", "control"} & set(dispatch["inputs"])

@@ -69,6 +69,7 @@ def test_defaults() -> None:
     assert (c.budget.max_rounds, c.budget.max_running) == (10, 2)
     assert c.budget.gpu_minutes is None
     assert c.base == "keep"
+    assert (c.design, c.control) == ("auto", "none")
     # The defaults are the engine's own.
     assert c.policy() == Policy()
 
@@ -219,6 +220,11 @@ def test_yaml_syntax_error_names_line_and_column(text: str, line: int, column: i
         ("base: latest\n", "base", 1, "'keep' or 'main'"),
         ("budget: {max_running: 0}\n", "budget.max_running", 1, "greater than or equal to 1"),
         ("trigger: {allow: ['two words']}\n", "trigger.allow[0]", 1, "not a GitHub login"),
+        ("design: fast\n", "design", 1, "'auto', 'alternate' or 'sequential' (got `\"fast\"`)"),
+        ("design: 2\n", "design", 1, "'auto', 'alternate' or 'sequential' (got `2`)"),
+        ("control: bb\n", "control", 1, "'none' or 'aa' (got `\"bb\"`)"),
+        ("control: no\n", "control", 1, "unquoted yes/no/on/off as true/false"),
+        ("control: [aa]\n", "control", 1, "'none' or 'aa'"),
     ],
 )
 def test_invalid_values(text: str, field: str, line: int, words: str) -> None:
@@ -487,3 +493,49 @@ def test_fixed_rounds_still_plan_fixed() -> None:
     assert "6 rounds a side" in c.summary()
     assert rounds_phrase(6, False) == "6 rounds a side"
     assert rounds_phrase(10, True) == "rounds until decided (at most 10 a side)"
+
+
+# --- the measurement design and the null control ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "design", "control"),
+    [
+        ("design: alternate\ncontrol: aa\n", "alternate", "aa"),
+        ("design: Sequential\n", "sequential", "none"),
+        ("control: AA\n", "auto", "aa"),  # auto: the task's design decides (the runner checks)
+        ("design: auto\ncontrol: none\n", "auto", "none"),
+        ("control: 'none'\n", "auto", "none"),
+    ],
+)
+def test_design_and_control(text: str, design: str, control: str) -> None:
+    result = parse(text)
+    assert result.ok, result.error
+    assert result.config.design == design
+    assert result.config.control == control
+
+
+def test_control_aa_with_the_sequential_design_is_refused_saying_why() -> None:
+    p = _only(parse("design: sequential\ncontrol: aa\n"))
+    assert (p.field, p.line) == ("control", 2)
+    assert "needs the alternate design" in p.message
+    assert "sequential rounds have none" in p.message
+    assert "`design: alternate`" in p.message
+    # In either order in the file.
+    p = _only(parse("control: aa\ndesign: sequential\n"))
+    assert (p.field, p.line) == ("control", 1)
+    with pytest.raises(ValidationError, match="needs the alternate design"):
+        RepoConfig(design="sequential", control="aa")
+
+
+def test_summary_and_the_error_message_name_the_design_and_control() -> None:
+    assert "design auto (the task's own), no null control" in RepoConfig().summary()
+    c = parse("design: alternate\ncontrol: aa\n").config
+    assert "design alternate (both servers resident, bursts in pairs)" in c.summary()
+    assert "a null control (base against base)" in c.summary()
+    assert (
+        "design sequential (a server start per round)" in RepoConfig(design="sequential").summary()
+    )
+    md = render_error(parse("design: sequential\ncontrol: aa\n"))
+    assert "`control: aa` needs the alternate design" in md
+    assert "design auto (the task's own), no null control" in md  # what runs meanwhile

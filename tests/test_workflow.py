@@ -49,7 +49,11 @@ CONTRACT = {
     "gpu",
     "rounds",
     "modes",
+    "design",
+    "control",
 }
+# Sent only when `.github/rsi.yml` asks for other than the workflow's defaults.
+OPTIONAL = {"rounds", "modes", "design", "control"}
 APP_RUN_NAME = re.compile(r"rsi verify (v-[0-9a-z]+) ([A-Za-z0-9]+)")
 SEED_MODELS = {
     "cosyvoice3",
@@ -142,6 +146,12 @@ def step(job: str, name: str) -> dict[str, Any]:
     raise AssertionError(f"job {job} has no step named {name!r}")
 
 
+def _with_defaults(sent: dict[str, str]) -> dict[str, str]:
+    """The inputs as the job sees them: GitHub fills in the defaults of those not sent."""
+    defaults = {k: str(v["default"]) for k, v in inputs().items() if "default" in v}
+    return defaults | sent
+
+
 def fill(template: str, values: dict[str, str]) -> str:
     """Render `${{ inputs.x }}` expressions the way GitHub would for these inputs."""
     return re.sub(r"\$\{\{\s*inputs\.(\w+)\s*\}\}", lambda m: values[m.group(1)], template)
@@ -154,6 +164,8 @@ def app_inputs(
     rounds: int = 5,
     minutes: float | None = None,
     threshold: float | None = None,
+    design: str = "auto",
+    control: str = "none",
 ) -> dict[str, str]:
     """What the App dispatches (bot/verification/effects.py), for one made-up verification."""
     from bot.verification import effects
@@ -171,7 +183,8 @@ def app_inputs(
         gpu_budget_minutes=minutes,
         modes=["streaming", "non-streaming"],
     )
-    return dict(effects.dispatch_inputs(v, gpu, threshold))  # type: ignore[arg-type]
+    sent = effects.dispatch_inputs(v, gpu, threshold, design=design, control=control)  # type: ignore[arg-type]
+    return dict(sent)
 
 
 # ------------------------------------------------------------------------ lint
@@ -254,23 +267,39 @@ def test_zizmor_auditor_only_notes_the_self_hosted_runner() -> None:
 def test_inputs_are_the_dispatch_contract() -> None:
     ins = inputs()
     assert set(ins) == CONTRACT
+    choices = {
+        "gpu": ["h100", "h200"],
+        "design": ["auto", "alternate", "sequential"],
+        "control": ["none", "aa"],
+    }
     for name, spec in ins.items():
-        if name == "gpu":
-            assert spec["type"] == "choice"
-            assert spec["options"] == ["h100", "h200"]
+        if name in choices:
+            assert spec["type"] == "choice", name
+            assert spec["options"] == choices[name]
         else:
             assert spec["type"] == "string", name
     assert ins["rounds"]["default"] == "5"
     assert ins["modes"]["default"] == "streaming,non-streaming"
+    assert ins["design"]["default"] == "auto"
+    assert ins["control"]["default"] == "none"
     required = {n for n, s in ins.items() if s.get("required")}
-    assert required == CONTRACT - {"rounds", "modes"}
+    assert required == CONTRACT - OPTIONAL
+    # GitHub takes at most 25 inputs in a dispatch (the OpenAPI description's maxProperties).
+    assert len(ins) <= 25
 
 
 def test_the_app_sends_exactly_these_inputs() -> None:
     sent = app_inputs()
-    assert set(sent) == CONTRACT
+    # design auto and control none are the workflow's defaults: left out, so that a runner
+    # repository written before they existed still takes the dispatch.
+    assert set(sent) == CONTRACT - {"design", "control"}
     assert all(isinstance(v, str) for v in sent.values())
     assert sent["gpu"] in inputs()["gpu"]["options"]
+    sent = app_inputs(design="alternate", control="aa")
+    assert set(sent) == CONTRACT
+    assert (sent["design"], sent["control"]) == ("alternate", "aa")
+    for name in ("design", "control"):
+        assert sent[name] in inputs()[name]["options"]
 
 
 def test_run_name_is_what_the_app_matches() -> None:
@@ -431,7 +460,7 @@ def _verify_argv(
     for f in bin_dir.iterdir():
         f.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k not in ("ACT", "RSI_CANDIDATE_PYTHON")}
-    env |= {f"RSI_{k.upper()}": v for k, v in sent.items()}
+    env |= {f"RSI_{k.upper()}": v for k, v in _with_defaults(sent).items()}
     env |= {
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
         "RUNNER_TEMP": str(tmp / "runner"),
@@ -510,14 +539,41 @@ def test_auto_rounds_carry_the_cap_and_budget_to_the_runner(
 def _validate(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     script = step("verify", "Validate inputs")["run"]
     base = {k: v for k, v in os.environ.items() if k != "ACT"}
-    return run(["bash", "-c", script], env=base | env, timeout=30)
+    defaults = {f"RSI_{k.upper()}": v for k, v in _with_defaults({}).items()}
+    return run(["bash", "-c", script], env=base | defaults | env, timeout=30)
 
 
 def test_input_validation_accepts_what_the_app_sends() -> None:
     for gpu in ("H100", "H200"):
-        env = {f"RSI_{k.upper()}": v for k, v in app_inputs(gpu).items()}
-        r = _validate(env)
-        assert r.returncode == 0, r.stdout + r.stderr
+        for design, control in (("auto", "none"), ("alternate", "aa"), ("sequential", "none")):
+            sent = app_inputs(gpu, design=design, control=control)
+            env = {f"RSI_{k.upper()}": v for k, v in sent.items()}
+            r = _validate(env)
+            assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize(
+    ("design", "control", "expected"),
+    [
+        ("auto", "none", ("auto", "none")),  # nothing passed: the runner's own defaults
+        ("alternate", "none", ("alternate", "none")),
+        ("sequential", "none", ("sequential", "none")),
+        ("alternate", "aa", ("alternate", "aa")),
+        ("auto", "aa", ("auto", "aa")),  # the task's design decides; the runner checks it
+    ],
+)
+def test_design_and_control_reach_the_runner(
+    tmp_path: Path, design: str, control: str, expected: tuple[str, str]
+) -> None:
+    """`.github/rsi.yml`'s design and control become the runner's `--design` (none for
+    auto) and `--control` (none for none)."""
+    from runners.__main__ import parser
+
+    argv = _verify_argv(app_inputs("H200", design=design, control=control), tmp_path)
+    assert ("--design" in argv) == (design != "auto")
+    assert ("--control" in argv) == (control != "none")
+    args = parser().parse_args(argv)
+    assert (args.design, args.control) == expected
 
 
 def env_inputs(env: dict[str, str]) -> dict[str, str]:
@@ -554,6 +610,13 @@ def test_input_validation_accepts_auto_rounds_and_the_runner_reads_them(tmp_path
         ("RSI_ROUNDS", "auto:10:1e5"),
         ("RSI_ROUNDS", "auto:10:120;id"),
         ("RSI_MODES", "streaming;id"),
+        ("RSI_DESIGN", "Alternate"),
+        ("RSI_DESIGN", "fast"),
+        ("RSI_DESIGN", ""),
+        ("RSI_DESIGN", "alternate;id"),
+        ("RSI_CONTROL", "AA"),
+        ("RSI_CONTROL", "bb"),
+        ("RSI_CONTROL", "none\nid"),
         ("RSI_VERIFICATION_ID", "v-X$(id)"),
         ("RSI_PR", "12a"),
     ],
@@ -563,6 +626,16 @@ def test_input_validation_rejects(key: str, bad: str) -> None:
     r = _validate(env)
     assert r.returncode == 1, (key, r.stdout, r.stderr)
     assert "::error::" in r.stdout
+
+
+def test_input_validation_rejects_a_control_without_pairs() -> None:
+    """control aa with the sequential design is refused before any candidate code runs
+    (the App refuses that config too, bot/repo_config.py)."""
+    sent = app_inputs(design="sequential")
+    env = {f"RSI_{k.upper()}": v for k, v in sent.items()} | {"RSI_CONTROL": "aa"}
+    r = _validate(env)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "::error::control aa needs the alternate design" in r.stdout
 
 
 # ------------------------------------------------------------------------ task files
@@ -783,6 +856,8 @@ def test_act_runs_the_verify_job_with_the_dry_task(tmp_path: Path) -> None:
         "gpu": "cpu",
         "rounds": "2",
         "modes": "streaming,non-streaming",
+        "design": "auto",
+        "control": "none",
     }
     assert set(values) == CONTRACT
     for k, v in values.items():

@@ -166,8 +166,10 @@ def dispatch(svc: Services, vid: str, e: M.Dispatch) -> M.Event | None:
         if job.state != M.JobState.DISPATCHING.value:
             return None
         asked = job.dispatch_requested_at
-        threshold = svc.repo_config(v.repo).config.thresholds.practical_pct if v.adaptive else None
-        inputs = dispatch_inputs(v, e.gpu, threshold)
+        # The repository's threshold, design and control, as its config says at dispatch.
+        config = svc.repo_config(v.repo).config
+        threshold = config.thresholds.practical_pct if v.adaptive else None
+        inputs = dispatch_inputs(v, e.gpu, threshold, design=config.design, control=config.control)
         if asked is None:
             job.dispatch_requested_at = utcnow()
     if asked is not None:
@@ -187,7 +189,7 @@ def rounds_input(v: Verification, threshold_pct: float | None = None) -> str:
     """The workflow's `rounds` input: a number a side, or `auto:MAX[:GPU_MINUTES[:PCT]]` —
     rounds until decided, at most MAX a side and GPU_MINUTES for this GPU kind (`-`: no
     limit), deciding at the repository's practical threshold PCT. One input carries them
-    all: a dispatch takes at most ten inputs."""
+    all: older workflow files declare no more inputs than these."""
     if not v.adaptive:
         return str(v.rounds)
     out = f"auto:{v.rounds}"
@@ -199,10 +201,19 @@ def rounds_input(v: Verification, threshold_pct: float | None = None) -> str:
 
 
 def dispatch_inputs(
-    v: Verification, gpu: str, threshold_pct: float | None = None
+    v: Verification,
+    gpu: str,
+    threshold_pct: float | None = None,
+    *,
+    design: str = "auto",
+    control: str = "none",
 ) -> dict[str, str]:
-    """The dispatch contract; workflow inputs travel as strings."""
-    return {
+    """The dispatch contract (docs/architecture.md); workflow inputs travel as strings.
+    `design` and `control` are the repository's `.github/rsi.yml` choices, sent only when
+    they are not the workflow's defaults (auto: the task's design; none): a runner
+    repository written before they existed refuses undeclared inputs, and still takes
+    every dispatch that does not ask for them."""
+    inputs = {
         "verification_id": v.id,
         "repo": v.repo,
         "pr": str(v.pr_number or 0),
@@ -214,6 +225,11 @@ def dispatch_inputs(
         "rounds": rounds_input(v, threshold_pct),
         "modes": ",".join(v.modes),
     }
+    if design != "auto":
+        inputs["design"] = design
+    if control != "none":
+        inputs["control"] = control
+    return inputs
 
 
 def find_run(
