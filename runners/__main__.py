@@ -346,6 +346,8 @@ def _verify(args: argparse.Namespace) -> int:
         print("rsi-runner: --rounds auto needs --max-rounds of at least 2", file=sys.stderr)
         return 2
     design = task.benchmark.design if args.design == "auto" else args.design
+    if args.design == "auto" and args.control != "none":
+        design = "alternate"  # the control is asked for and needs it (falls back if no fit)
     if args.control != "none" and design != "alternate":
         print(
             f"rsi-runner: --control {args.control} needs the alternate design "
@@ -390,7 +392,9 @@ def _verify(args: argparse.Namespace) -> int:
         benchmark_ref=args.benchmark_ref,
         cpu_placement=args.cpu_placement,
         design=design,
-        design_source="task" if args.design == "auto" else "option",
+        design_source="option"
+        if args.design != "auto"
+        else ("control" if args.control != "none" else "task"),
         control=args.control,
     )
     if args.python:

@@ -95,7 +95,7 @@ class Options:
     cpu_placement: str = "split"  # runners/placement.py: server and client on disjoint cores
     design: str = "sequential"  # or "alternate": both servers resident (runners/resident.py)
     control: str = "none"  # "aa": a null control's pairs beside the real ones (alternate only)
-    design_source: str = "option"  # "task" when `--design auto` took the task's own
+    design_source: str = "option"  # "task": `--design auto` took the task's; "control": its need
 
 
 class Interrupted(BaseException):

@@ -253,7 +253,7 @@ def test_a_null_control_needs_the_alternate_design(tmp_path: Path) -> None:
     b, h = make_repo(tmp_path / "repo", {}, {})
     out = tmp_path / "bundle"
     r = subprocess.run(
-        runner_cmd(tmp_path / "repo", b, h, out, "--control", "aa"),
+        runner_cmd(tmp_path / "repo", b, h, out, "--design", "sequential", "--control", "aa"),
         cwd=ROOT,
         env=runner_env(),
         capture_output=True,
@@ -263,6 +263,15 @@ def test_a_null_control_needs_the_alternate_design(tmp_path: Path) -> None:
     assert r.returncode == 2
     assert "--control aa needs the alternate design (this verification's is sequential" in r.stderr
     assert not out.exists()
+
+
+def test_a_null_control_asked_for_with_design_auto_takes_the_alternate_design(
+    tmp_path: Path,
+) -> None:
+    r, _, m = verify(tmp_path, {}, {}, "--control", "aa")  # the dry task's own is sequential
+    assert r.returncode == 0, r.stderr
+    assert (m["design"]["name"], m["design"]["chosen_by"]) == ("alternate", "control")
+    assert len(m["control"]["runs"]) == 4
 
 
 def test_without_design_the_task_chooses() -> None:
