@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from evidence.build import Inputs, build
 
@@ -137,3 +140,87 @@ def test_a_steady_host_is_not_a_finding() -> None:
     """The CUDA-graph A/A predates `host_cpu_ms`; no record, no finding."""
     ev, _ = build(Inputs(bundles=[AA_GRAPH]))
     assert not [f for f in ev.audit if f.code == "host-cpu-unsteady"]
+
+
+# ---------------------------------------------------------------- the measurement designs
+
+DESIGNS = BUNDLE.parent
+
+
+def _throughput(name: str) -> dict[str, Any]:
+    ev, sources = build(Inputs(bundles=[DESIGNS / name]))
+    rows = {r.mode: r for r in ev.study if r.metric == "throughput_qps"}
+    return {"ev": ev, "rows": rows, "manifest": sources[0].manifest}
+
+
+@pytest.mark.parametrize(
+    "name", ["rsi-bundle-v-alt-aag-h200.zip", "rsi-bundle-v-alt-aag-swap-h200.zip"]
+)
+def test_alternate_a_a_on_the_h200_is_equivalent_within_a_percent_or_two(name: str) -> None:
+    """Both CUDA-graph servers resident, bursts in pairs: each mode equivalent within ±3%
+    in about a GPU minute for both modes (the sequential design took 2.8 for one)."""
+    got = _throughput(name)
+    assert got["ev"].verdict == "no-change"
+    assert not [f for f in got["ev"].audit if f.severity == "error"]
+    for row in got["rows"].values():
+        assert (row.verdict, row.method) == ("no-change", "paired")
+        assert row.ci_low_pct is not None
+        assert row.ci_high_pct is not None
+        assert -2.5 < row.ci_low_pct < row.ci_high_pct < 2.5
+    assert got["manifest"].gpu_minutes is not None
+    assert got["manifest"].gpu_minutes.total is not None
+    assert got["manifest"].gpu_minutes.total < 1.5
+
+
+def test_alternate_finds_a_planted_five_percent_both_ways_round() -> None:
+    """graph+5 → graph is improved by about 5% in both modes; graph → graph+5 regressed."""
+    up, down = (
+        _throughput("rsi-bundle-v-alt-plant-h200.zip"),
+        _throughput("rsi-bundle-v-alt-plant-swap-h200.zip"),
+    )
+    assert (up["ev"].verdict, down["ev"].verdict) == ("improved", "regressed")
+    for mode in ("streaming", "non-streaming"):
+        u, d = up["rows"][mode], down["rows"][mode]
+        assert (u.verdict, d.verdict) == ("improved", "regressed")
+        assert u.delta_pct is not None
+        assert d.delta_pct is not None
+        assert 3 < u.delta_pct < 8
+        assert -8 < d.delta_pct < -3
+
+
+def test_the_sequential_design_finds_the_planted_gain_too_at_twice_the_cost() -> None:
+    got = _throughput("rsi-bundle-v-seq-plant-h200.zip")
+    row = got["rows"]["streaming"]
+    assert (row.verdict, row.method) == ("improved", "welch")
+    m = got["manifest"]
+    assert m.gpu_minutes is not None
+    assert m.gpu_minutes.total is not None
+    assert m.gpu_minutes.total > 1.0  # one mode; the alternate design spent ~0.5 a mode
+
+
+def test_alternate_a_a_shows_no_side_bias_in_either_orientation() -> None:
+    """The mean of the A/A rows over both orientations (head = the second or the first of
+    two identical commits) stays within ±1%."""
+    deltas = [
+        r.delta_pct
+        for name in (
+            "rsi-bundle-v-alt-aag-h200.zip",
+            "rsi-bundle-v-alt-aag-swap-h200.zip",
+            "rsi-bundle-v-alt-aagctl-h200.zip",
+        )
+        for r in _throughput(name)["rows"].values()
+    ]
+    assert len(deltas) == 6
+    assert all(d is not None for d in deltas)
+    assert abs(sum(d for d in deltas if d is not None) / len(deltas)) < 1.0
+
+
+def test_the_eager_a_a_stays_honestly_undecided_under_the_host_cpu() -> None:
+    """The CPU-bound eager server, resident and paired: the host's speed moves within
+    seconds, so 13 pairs still leave the interval tens of percent wide — inconclusive,
+    and the evidence names the host."""
+    got = _throughput("rsi-bundle-v-alt-aa-h200.zip")
+    assert got["ev"].verdict not in ("improved", "regressed")
+    row = got["rows"]["streaming"]
+    assert row.verdict == "inconclusive"
+    assert "host-cpu-unsteady" in {f.code for f in got["ev"].audit}
