@@ -19,6 +19,7 @@ sequential design, saying why (`design.refused`).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import shlex
 import shutil
@@ -103,6 +104,7 @@ class Resident:
     record: dict[str, Any]
     frozen: bool = False
     fresh: bool = True  # the next burst is the first since it started: it carries the start
+    pending_s: float = 0.0  # start-up and warm-up time not yet carried by a burst's run_s
     warmed: set[str] = field(default_factory=set)  # modes warmed up
 
 
@@ -146,6 +148,11 @@ class Alternation:
         self.starts = 0
         self.stop_reason: str | None = None
         self.control = v.o.control == "aa"
+        # Which side's server starts (and is resident) first: from the verification id,
+        # so across verifications each side goes first about half the time. The order is
+        # recorded (`design.start_order`); the null control measures what it does.
+        digest = hashlib.sha256(v.o.verification_id.encode()).digest()
+        self.first = "head" if digest[0] % 2 else "base"
         self.control_runs: list[dict[str, Any]] = []
 
     # ------------------------------------------------------------------ servers
@@ -214,7 +221,12 @@ class Alternation:
         )
         self.servers[slot] = res
         self.records.setdefault(slot, []).append(res.record)
-        res.record["startup_s"] = round(v._wait_healthy(server, health, v.deadline), 4)
+        try:
+            res.record["startup_s"] = round(v._wait_healthy(server, health, v.deadline), 4)
+        except BaseException:
+            self._end(res)  # never healthy: not left resident for the next burst to use
+            raise
+        res.pending_s += time.monotonic() - t
         return res
 
     def _vram(self) -> tuple[int | None, int | None]:
@@ -248,13 +260,15 @@ class Alternation:
             used = res.record.get("vram_mib")
             if first and total and isinstance(used, int) and used > FIT_FRACTION * total:
                 raise Refused(
-                    f"the base server took {used} MiB of the GPU's {total} MiB: two servers "
+                    f"the {slot} server took {used} MiB of the GPU's {total} MiB: two servers "
                     "do not fit, so the sequential design ran"
                 )
         if p.mode not in res.warmed and p.warmup_requests > 0:
             self._only(slot)
             freeze(res, False)
+            t = time.monotonic()
             res.record.setdefault("warmup", {})[p.mode] = self._warm(res, p)
+            res.pending_s += time.monotonic() - t
         res.warmed.add(p.mode)
         return res
 
@@ -409,13 +423,15 @@ class Alternation:
                     )
                 self.waited = True
                 t0 = time.monotonic()
+            if not self.servers and slot != self.first and self.first in ("base", "head"):
+                self._ensure(self.first, p)  # the side that starts first, rotated
             res = self._ensure(slot, p)
+            t0 = time.monotonic()  # start-ups and warm-ups are carried below, once each
             rec["logs"]["server"] = res.record["log"]
             if res.fresh:
                 res.fresh = False
                 info["startup_s"] = res.record.get("startup_s")
                 info["warmup"] = (res.record.get("warmup") or {}).get(p.mode)
-                t0 = res.started_t  # this burst carries its server's start-up
             info["resident"] = {"slot": slot, "start": res.record["start"]}
             info["peak_vram_mib"] = res.record.get("vram_mib")
             self._only(slot)
@@ -482,7 +498,11 @@ class Alternation:
             write_json_atomic(spath, info, indent=None)
             rec["files"]["server"] = v.bundle.rel(spath)
             rec["run_ended_at"] = iso()
-            rec["run_s"] = round(time.monotonic() - t0, 3)
+            # the burst's own time, and the start-up and warm-ups it is the first to follow
+            carried = 0.0
+            if res is not None:
+                carried, res.pending_s = res.pending_s, 0.0
+            rec["run_s"] = round(time.monotonic() - t0 + carried, 3)
             rec["startup_s"] = info.get("startup_s")
             rec.setdefault("gpu_wait_s", 0.0)
             if failure is not None:

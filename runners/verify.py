@@ -515,7 +515,16 @@ class Verifier:
             except resident.Refused as exc:
                 self._fall_back(str(exc))
             else:
-                self.bundle.update(design=dict(self._design(), servers=alt.records))
+                starts = sorted(
+                    (r["start"], slot) for slot, recs in alt.records.items() for r in recs
+                )
+                self.bundle.update(
+                    design=dict(
+                        self._design(),
+                        servers=alt.records,
+                        start_order=[slot for _, slot in starts],
+                    )
+                )
                 self.minutes = alt.gpu_minutes
                 return reason
         stop_reason: str | None = None
