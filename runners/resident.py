@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runners import host, outputs, placement, proc, schedule
-from runners.gpu import Monitor, wait_idle
+from runners.gpu import Backend, Monitor, wait_idle
 from runners.task import render, render_command
 from runners.util import iso, write_json_atomic
 
@@ -127,6 +127,34 @@ def freeze(res: Resident, on: bool, timeout: float = 10.0) -> None:
     res.frozen = on
 
 
+def gpu_quiet(backend: Backend, timeout_s: float = 5.0, poll_s: float = 0.05) -> dict[str, Any]:
+    """Wait until the GPU has run no kernel for two readings in a row, at most `timeout_s`.
+
+    A frozen process runs no code, but the kernels it queued before it froze still run:
+    a head that queues seconds of GPU work as its burst ends would otherwise slow the
+    base's next burst. NVML's utilisation is the share of its last sample period (1/6 s
+    to 1 s) in which a kernel ran, so two readings at or below the idle level mean the
+    queue has drained, and nothing frozen can fill it again."""
+    limit = float(os.environ.get("RSI_GPU_IDLE_UTIL_PCT", 5))
+    t0 = time.monotonic()
+    quiet = 0
+    util: int | None = None
+    while True:
+        samples = backend.sample()
+        utils = [s.get("util_pct") for s in samples]
+        known = [u for u in utils if isinstance(u, int | float)]
+        if not known:  # nothing to read (no GPU, a MIG slice): no wait
+            return {"quiet": True, "waited_s": 0.0, "util_pct": None, "read": False}
+        util = int(max(known))
+        quiet = quiet + 1 if util <= limit else 0
+        waited = time.monotonic() - t0
+        if quiet >= 2:
+            return {"quiet": True, "waited_s": round(waited, 3), "util_pct": util, "read": True}
+        if waited >= timeout_s:
+            return {"quiet": False, "waited_s": round(waited, 3), "util_pct": util, "read": True}
+        time.sleep(poll_s)
+
+
 def per_row(v: Verifier) -> bool:
     """Whether the server's command changes with the row (then each row has its own)."""
     s = v.task.server
@@ -148,6 +176,7 @@ class Alternation:
         self.starts = 0
         self.stop_reason: str | None = None
         self.control = v.o.control == "aa"
+        self.active: str | None = None  # the slot that served the last burst
         # Which side's server starts (and is resident) first: from the verification id,
         # so across verifications each side goes first about half the time. The order is
         # recorded (`design.start_order`); the null control measures what it does.
@@ -435,6 +464,18 @@ class Alternation:
             info["resident"] = {"slot": slot, "start": res.record["start"]}
             info["peak_vram_mib"] = res.record.get("vram_mib")
             self._only(slot)
+            # after another side served, its queued GPU work must be done before this one
+            switch = gpu_quiet(v.backend) if self.active not in (None, slot) else None
+            self.active = slot
+            info["switch"] = switch
+            if switch is not None and not switch["quiet"]:
+                raise RunFailure(
+                    "gpu-busy",
+                    f"the GPU was still busy {switch['waited_s']:.1f}s after the other servers "
+                    f"were frozen ({switch['util_pct']}% utilised): work they had queued would "
+                    "have run during this burst, which was not started",
+                    last="gpu",
+                )
             freeze(res, False)
             info["host_cpu_ms"] = host.loop_ms(min(v.placement.server) if v.placement else None)
             monitor = Monitor(v.backend, v.o.sample_interval_s).start()

@@ -313,3 +313,82 @@ def test_a_resident_server_that_crashes_fails_its_burst_and_is_started_again(
     assert len(heads) == 2  # started again for round 2
     assert heads[0]["exit"]["returncode"] == 70
     assert not m.get("survivors")
+
+
+class _Util(Backend):
+    """A GPU whose utilisation readings are given in order (the last one repeats)."""
+
+    name = "fake"
+
+    def __init__(self, *utils: int | None) -> None:
+        self.utils = list(utils)
+
+    def sample(self) -> list[dict[str, Any]]:
+        u = self.utils.pop(0) if len(self.utils) > 1 else self.utils[0]
+        return [{"gpu": 0, "util_pct": u, "mem_used_mib": 0}]
+
+
+def test_a_switch_waits_until_the_frozen_sides_queued_gpu_work_has_run() -> None:
+    got = resident.gpu_quiet(_Util(100, 100, 100, 0, 3), poll_s=0.01)
+    assert got["quiet"] is True
+    assert got["read"] is True
+    assert got["util_pct"] == 3
+    assert got["waited_s"] >= 0.03  # three busy readings before two quiet ones
+
+
+def test_work_queued_past_the_limit_stops_the_next_burst_from_being_measured() -> None:
+    got = resident.gpu_quiet(_Util(100), timeout_s=0.2, poll_s=0.01)
+    assert got["quiet"] is False
+    assert got["util_pct"] == 100
+    assert got["waited_s"] >= 0.2
+
+
+def test_a_gpu_without_utilisation_readings_does_not_wait() -> None:
+    assert resident.gpu_quiet(_Util(None), timeout_s=0.2)["read"] is False
+    assert resident.gpu_quiet(Backend())["quiet"] is True
+
+
+class _BusyWhileServed(_BigServers):
+    """A GPU that stays busy whenever a dry server exists: as if a frozen side's queued
+    kernels ran on after it froze."""
+
+    def sample(self) -> list[dict[str, Any]]:
+        (s,) = super().sample()
+        return [dict(s, util_pct=100 if s["mem_used_mib"] else 0, mem_used_mib=0)]
+
+
+def test_a_burst_after_a_switch_is_not_measured_while_the_gpu_is_still_busy(
+    tmp_path: Path,
+) -> None:
+    b, h = make_repo(tmp_path / "repo", {}, {})
+    out = tmp_path / "bundle"
+    opts = Options(
+        repo=str(tmp_path / "repo"),
+        base=b,
+        head_repo=str(tmp_path / "repo"),
+        head=h,
+        task=tasks.load("dry"),
+        gpu="h200",
+        rounds=2,
+        modes=["non-streaming"],
+        out=out,
+        verification_id="v-busy",
+        repo_name="owner/repo",
+        requests=10,
+        workdir=tmp_path / "work",
+        prelaunch_s=0.0,
+        sample_interval_s=0.2,
+        backend=_BusyWhileServed(),
+        isolation="none",
+        design="alternate",
+        python=CANDIDATE_PYTHON,
+    )
+    Verifier(opts).run()
+    m = json.loads((out / "manifest.json").read_text())
+    runs = {x["id"]: x for x in m["runs"]}
+    # the second burst of each pair follows a switch: the GPU never went quiet
+    for rid in ("r1-head-nonstream-c4", "r2-base-nonstream-c4"):
+        assert (runs[rid]["status"], runs[rid]["failure"]) == ("failed", "gpu-busy")
+        assert "still busy" in runs[rid]["error"]
+    for rid in ("r1-base-nonstream-c4", "r2-head-nonstream-c4"):
+        assert runs[rid]["status"] == "ok"
