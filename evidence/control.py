@@ -120,7 +120,7 @@ def demote(rows: list[StudyRow], controls: Iterable[ControlRow]) -> None:
         rd, cd = _moved_by(r), _moved_by(c)
         if rd is None or cd is None or rd == 0 or not (cd >= rd if rd > 0 else cd <= rd):
             continue
-        r.demoted_from = r.verdict
+        r.demoted_from, r.demoted_by = r.verdict, "control"
         r.verdict = "inconclusive"
         why = (
             f"would be {r.demoted_from}, but the null control (base against base) moved "

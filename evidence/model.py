@@ -464,9 +464,12 @@ class StudyRow(BaseModel):
     # many complete pairs.
     method: Literal["paired", "welch"] | None = None
     pairs: int | None = None
-    # The verdict the row had before the null control of its configuration, which moved
-    # as much in the same direction, made it inconclusive (None: not demoted).
+    # The verdict the row had before something made it inconclusive (None: not demoted):
+    # the null control of its configuration, which moved as much in the same direction
+    # ("control"), or the runner's sequential test, which stopped without that verdict
+    # ("sequential"; the fixed interval of a stopped run does not allow for its looks).
     demoted_from: Verdict | None = None
+    demoted_by: Literal["control", "sequential"] | None = None
 
 
 class Headline(BaseModel):

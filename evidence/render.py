@@ -349,6 +349,8 @@ def row_verdict(r: StudyRow) -> str:
     smallest change its rounds could have detected, or that the null control matched it."""
     if r.guard_failed:
         return "regressed, guard failed"
+    if r.demoted_from is not None and r.demoted_by == "sequential":
+        return f"inconclusive, {r.demoted_from} by its interval but not by the runner's looks"
     if r.demoted_from is not None:
         return f"inconclusive, {r.demoted_from} but no more than the null control"
     if r.primary and r.verdict == "inconclusive" and r.mde_pct is not None:

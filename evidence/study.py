@@ -220,8 +220,38 @@ def build_study(
         for r in rows:
             r.primary = r.metric == "throughput_qps"
     _correct_primary(rows, comps, policy)
+    _defer_to_runner(rows, sources)
     _apply_guards(rows, policy)
     return rows, measured or claim is None
+
+
+def _defer_to_runner(rows: list[StudyRow], sources: list[Source]) -> None:
+    """With `--rounds auto` the runner looked after every pair (round) and stopped when
+    its repeated interval decided; the engine's fixed 95% interval over the same runs
+    does not allow for those looks, and at high noise it calls an A/A improved or
+    regressed in about 8% of stopped bundles (docs/statistics.md). So a primary
+    throughput row is improved or regressed only if the runner's test said so too."""
+    decisions: dict[str, dict[str, str]] = {}
+    for src in sources:
+        a = src.manifest.adaptive
+        if a is not None and a.decisions and not (a.method or "").startswith("fixed rounds"):
+            decisions[src.gpu] = a.decisions
+    for r in rows:
+        if not r.primary or r.metric != "throughput_qps" or r.verdict not in _MOVED:
+            continue
+        runner = decisions.get(r.gpu, {}).get(f"{r.mode} c{r.concurrency}")
+        if runner is None or runner == r.verdict:
+            continue
+        r.demoted_from, r.demoted_by = r.verdict, "sequential"
+        r.verdict = "inconclusive"
+        why = (
+            f"would be {r.demoted_from} by its fixed interval, but the runner's sequential "
+            f"test, which allows for its looks after every pair, ended it {runner}"
+        )
+        r.note = f"{why}; {r.note}" if r.note else why
+
+
+_MOVED = ("improved", "regressed")
 
 
 def _note_pairs(row: StudyRow, left_out: int) -> None:

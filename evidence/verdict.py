@@ -51,9 +51,14 @@ def decide(rows: list[StudyRow], findings: list[Finding]) -> tuple[Overall, str]
     demoted = [r for r in wide if r.demoted_from is not None]
     if demoted:
         r = _most_evidence(demoted)
+        why = (
+            "the runner's sequential test, which allows for its looks after every pair, "
+            "stopped without deciding it"
+            if r.demoted_by == "sequential"
+            else "the null control (base against base) moved as much there"
+        )
         return "inconclusive", (
-            f"{_where(r)}: {r_label(r)} {fmt_change(r)} would read {r.demoted_from}, but "
-            "the null control (base against base) moved as much there"
+            f"{_where(r)}: {r_label(r)} {fmt_change(r)} would read {r.demoted_from}, but {why}"
         )
     if wide:
         r = _most_evidence(wide)

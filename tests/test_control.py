@@ -112,6 +112,9 @@ def control_bundle(
         for r in doc["runs"]:
             if r["side"] == "head":
                 _scale(dest, r, head_scale)
+        # the runner's looks saw the unscaled A/A (equivalent): as fixed rounds instead,
+        # so its decisions do not overrule the scaled head (study._defer_to_runner)
+        doc["adaptive"] = None
     doc["control"] = {
         "kind": "aa",
         "summary": "base against the base code again, resident in its own cgroup",

@@ -224,3 +224,49 @@ def test_the_eager_a_a_stays_honestly_undecided_under_the_host_cpu() -> None:
     row = got["rows"]["streaming"]
     assert row.verdict == "inconclusive"
     assert "host-cpu-unsteady" in {f.code for f in got["ev"].audit}
+
+
+def _with_decisions(tmp_path: Path, name: str, decisions: dict[str, str]) -> Path:
+    """A copy of a real bundle whose runner's sequential decisions say otherwise."""
+    import json
+    import zipfile
+
+    out = tmp_path / name
+    with zipfile.ZipFile(DESIGNS / name) as src, zipfile.ZipFile(out, "w") as dst:
+        for info in src.infolist():
+            data = src.read(info.filename)
+            if info.filename == "manifest.json":
+                m = json.loads(data)
+                m["adaptive"]["decisions"].update(decisions)
+                data = json.dumps(m).encode()
+            dst.writestr(info, data)
+    return out
+
+
+def test_a_row_the_runners_looks_did_not_decide_is_not_improved_by_the_fixed_interval(
+    tmp_path: Path,
+) -> None:
+    """The engine's fixed interval over runs the runner stopped adaptively does not allow
+    for the looks; a primary row is improved only when the runner's test said so too."""
+    one = _with_decisions(
+        tmp_path, "rsi-bundle-v-alt-plant-h200.zip", {"streaming c16": "inconclusive"}
+    )
+    ev, _ = build(Inputs(bundles=[one]))
+    rows = {r.mode: r for r in ev.study if r.metric == "throughput_qps"}
+    assert (rows["streaming"].demoted_from, rows["streaming"].verdict) == (
+        "improved",
+        "inconclusive",
+    )
+    assert rows["streaming"].demoted_by == "sequential"
+    assert rows["streaming"].note is not None
+    assert "the runner's sequential test" in rows["streaming"].note
+    assert rows["non-streaming"].verdict == "improved"
+    assert ev.verdict == "improved"  # the other mode's row still holds
+    both = _with_decisions(
+        tmp_path,
+        "rsi-bundle-v-alt-plant-h200.zip",
+        {"streaming c16": "inconclusive", "non-streaming c16": "equivalent"},
+    )
+    ev, _ = build(Inputs(bundles=[both]))
+    assert ev.verdict == "inconclusive"
+    assert "the runner's sequential test" in ev.reason
