@@ -115,7 +115,7 @@ def parse(text: str) -> Command | None:
             cmd.gpus, cmd.all_gpus = None, True
         elif low.startswith("rounds="):
             value = low.removeprefix("rounds=")
-            if value.isdigit() and len(value) <= 3:
+            if value.isascii() and value.isdigit() and len(value) <= 3:
                 cmd.rounds = int(value)
             elif value == "auto":
                 cmd.rounds = "auto"

@@ -252,16 +252,22 @@ class Bundle:
             return out.getvalue()
 
     def _open_file(self, rel: str) -> IO[bytes]:
-        """A file of a folder (or unpacked tar) bundle, opened: never outside it, and only
-        a regular file. Opened without blocking, so a FIFO cannot hang the reader."""
+        """A file of a folder (or unpacked tar) bundle, opened: never outside it, only a
+        regular file, in a folder never a hard link. Opened without blocking, so a FIFO
+        cannot hang the reader."""
         assert self._root is not None
         path = self._root / rel
         if self._tmp is None and not path.resolve().is_relative_to(self._root.resolve()):
             raise ValueError(f"{rel} leads outside the bundle")
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
                 raise ValueError(f"{rel} is not a regular file")
+            if self._tmp is None and st.st_nlink > 1:
+                # a hard link is the same file as one elsewhere: it would read a file
+                # from outside the bundle that the path check above cannot see
+                raise ValueError(f"{rel} is a hard link ({st.st_nlink} names for one file)")
             os.set_blocking(fd, True)
             return os.fdopen(fd, "rb")
         except BaseException:

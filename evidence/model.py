@@ -370,7 +370,7 @@ class Harness(_Open):
 class Candidate(_Open):
     candidate_id: str
     task: str
-    repo: str = Field(pattern=r"^[\w.-]+/[\w.-]+$")
+    repo: str
     base_sha: str = Field(pattern=r"^[0-9a-f]{7,64}$")
     head: HeadRef
     title: str = Field(min_length=1, max_length=256)
@@ -381,6 +381,15 @@ class Candidate(_Open):
     caveats: list[str] = Field(default_factory=list)
     harness: Harness | None = None
     pull_request: int | None = None
+
+    @field_validator("repo")
+    @classmethod
+    def _repo(cls, v: str, info: ValidationInfo) -> str:
+        """The same rule as the head's: `\\w` would take `ѕgl-project` (a Cyrillic ѕ),
+        and `../..` or `x/..` would name a path, not a repository."""
+        if not _REPO.match(v) and not stored(info):
+            raise ValueError("not an owner/name GitHub accepts")
+        return v
 
     @field_validator("gpus")
     @classmethod

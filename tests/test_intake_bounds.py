@@ -94,3 +94,17 @@ def test_a_head_git_or_github_would_not_take_is_a_422(
     assert [e["field"] for e in resp.get_json()["errors"]] == [field]
     with w.svc.db.session() as s:
         assert s.scalar(select(func.count()).select_from(Verification)) == 0
+
+
+@pytest.mark.parametrize("repo", ["ѕgl-project/sglang-omni", "../..", "x/..", "./x", "o/r/x"])
+def test_a_repository_git_or_github_would_not_take_is_a_422(w: World, repo: str) -> None:
+    """The candidate's own repository gets the head's strict owner/name rule: `\\w`
+    took a Cyrillic ѕ and `..` before."""
+    body = appkit.dumps(appkit.candidate(repo=repo))
+    resp = w.client.post(
+        "/api/v1/candidates", data=body, headers=appkit.intake_headers(body, "d-repo")
+    )
+    assert resp.status_code == 422, resp.get_data(as_text=True)
+    assert [e["field"] for e in resp.get_json()["errors"]] == ["repo"]
+    with w.svc.db.session() as s:
+        assert s.scalar(select(func.count()).select_from(Verification)) == 0

@@ -71,6 +71,21 @@ def test_a_fifo_in_a_folder_bundle_is_named_not_waited_on(bundle: Path) -> None:
     assert "speed_results.json is not a regular file" in bad.message
 
 
+def test_a_hard_link_in_a_folder_bundle_is_refused_not_read(bundle: Path, tmp_path: Path) -> None:
+    """Before: a hard link to a file outside the bundle passed the path check, and a row id
+    of the outside file appeared in evidence.md."""
+    rid = manifest(bundle)["runs"][0]["id"]
+    speed = bundle / "runs" / rid / "speed_results.json"
+    outside = tmp_path / "outside.json"
+    shutil.copyfile(speed, outside)
+    speed.unlink()
+    os.link(outside, speed)
+    with Bundle(bundle) as b, pytest.raises(ValueError, match="is a hard link"):
+        b.read(f"runs/{rid}/speed_results.json")
+    (bad,) = [f for f in load(bundle).findings if f.code == "bundle-invalid"]
+    assert "speed_results.json is a hard link (2 names for one file)" in bad.message
+
+
 def test_corrupt_zip_names_the_file(tmp_path: Path) -> None:
     bad = tmp_path / "rsi-bundle-v1-h200.zip"
     bad.write_bytes(b"PK\x03\x04 not really a zip")
