@@ -211,7 +211,7 @@ class Alternation:
             out=str(scratch / "server"),
         )
         env = v.env(side, vals)
-        template, variant = v.task.server.choose(Path(v.worktrees[side]))
+        template, variant = v.choose_server(side)
         argv = render_command(template, vals)
         health = render(v.task.server.health, vals)
         log = v.bundle.log_dir(label) / "server.log"

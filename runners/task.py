@@ -19,6 +19,7 @@ import hashlib
 import math
 import os
 import shlex
+import stat
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -63,6 +64,54 @@ class TaskError(ValueError):
     """A task file that cannot be used; the message names the file and the key."""
 
 
+class HeadFileError(ValueError):
+    """A file of a candidate's worktree that the runner will not read (not a regular
+    file, a symbolic link on the way, or too big)."""
+
+
+HEAD_FILE_CAP = 1 << 20  # bytes of a worktree file a variant check reads at most
+
+
+def head_file(tree: Path, rel: str, read: bool = True) -> bytes | None:
+    """`rel` under `tree`, read without following a link and without blocking: its bytes
+    (or b"" when not `read`), None when it does not exist; HeadFileError for a symlink,
+    a FIFO, a device, a folder, or more than HEAD_FILE_CAP bytes."""
+    parts = [x for x in Path(rel).parts if x not in ("", ".")]
+    if not parts or ".." in parts or Path(rel).is_absolute():
+        raise HeadFileError(f"{rel}: not a path inside the worktree")
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    fds: list[int] = []
+    try:
+        try:
+            fds.append(os.open(tree, flags | os.O_DIRECTORY))
+            for part in parts[:-1]:
+                fds.append(os.open(part, flags | os.O_DIRECTORY, dir_fd=fds[-1]))
+            st = os.stat(parts[-1], dir_fd=fds[-1], follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        except (NotADirectoryError, OSError) as exc:  # ELOOP: a link on the way
+            raise HeadFileError(f"{rel}: {exc.strerror or exc}") from exc
+        if not stat.S_ISREG(st.st_mode):
+            raise HeadFileError(f"{rel}: not a regular file")
+        if not read:
+            return b""
+        if st.st_size > HEAD_FILE_CAP:
+            raise HeadFileError(f"{rel}: {st.st_size} bytes, more than {HEAD_FILE_CAP}")
+        fd = os.open(parts[-1], flags, dir_fd=fds[-1])
+        fds.append(fd)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced since the stat
+            raise HeadFileError(f"{rel}: not a regular file")
+        chunks: list[bytes] = []
+        left = HEAD_FILE_CAP
+        while left > 0 and (chunk := os.read(fd, left)):
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
 @dataclass(frozen=True)
 class Variant:
     """A server command for trees that have a file (`when_exists`) or a file holding a
@@ -74,14 +123,17 @@ class Variant:
     when_contains: tuple[str, str] | None = None  # (file, text)
 
     def matches(self, tree: Path) -> bool:
+        """Whether the side's worktree holds the file (or the text in it). The runner is
+        root and the worktree is the candidate's: a FIFO there would hang it, a symlink
+        point it anywhere, `/dev/zero` fill its memory. So the path is walked without
+        following links, the file must be a regular one and is read up to a cap;
+        anything else is `HeadFileError`, naming the file."""
         if self.when_exists is not None:
-            return (tree / self.when_exists).exists()
+            return head_file(tree, self.when_exists, read=False) is not None
         assert self.when_contains is not None
         path, text = self.when_contains
-        try:
-            return text in (tree / path).read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return False
+        data = head_file(tree, path)
+        return data is not None and text in data.decode("utf-8", errors="replace")
 
     def describe(self) -> dict[str, Any]:
         if self.when_exists is not None:

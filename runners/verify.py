@@ -51,7 +51,7 @@ from runners import (
 )
 from runners.bundle import BundleWriter
 from runners.gpu import Backend, Monitor, NoGpu, detect, wait_idle
-from runners.task import RUNNER_ROOT, Task, render, render_command
+from runners.task import RUNNER_ROOT, HeadFileError, Task, render, render_command
 from runners.util import iso, tail, write_json_atomic
 
 
@@ -947,7 +947,7 @@ class Verifier:
             self.sandbox.own(side, scratch / "server")
             env = self.env(side, vals)
             cenv = self.client_env(vals)
-            template, info["server_variant"] = self.task.server.choose(Path(wt))
+            template, info["server_variant"] = self.choose_server(side)
             argv = render_command(template, vals)
             health = render(self.task.server.health, vals)
             info.update({"port": port, "health": health, "command": argv})
@@ -1136,6 +1136,16 @@ class Verifier:
             dest = rdir / f"accuracy-{src.name}"
         shutil.copyfile(src, dest)
         rec["files"]["wer"] = self.bundle.rel(dest)
+
+    def choose_server(self, side: str) -> tuple[str, dict[str, Any]]:
+        """The server command for the side's worktree (the task's variants); a file the
+        check will not read (a FIFO, a link, too big) fails the run, naming it."""
+        try:
+            return self.task.server.choose(Path(self.worktrees[side]))
+        except HeadFileError as exc:
+            raise RunFailure(
+                "start-failed", f"the server's variant check refused a file of the {side}: {exc}"
+            ) from exc
 
     def _wait_healthy(self, server: proc.Process, url: str, run_deadline: float) -> float:
         limit, which = self._limit(self.task.server.startup_timeout_s, run_deadline)
