@@ -1,8 +1,9 @@
 """`/rsi` commands in PR comments, parsed: pure, so every form is a unit test.
 
-A command is a line of its own starting with `/rsi`, outside fenced or indented code
-blocks, `<pre>` blocks, HTML comments and quotes, a quote's lazy continuation lines
-included (a quoted, pasted or hidden command is not a request: only what reads as a
+A command is a line of its own starting with `/rsi` in a top-level paragraph, as a
+CommonMark parser (markdown-it, as GitHub's cmark-gfm) reads the comment: never in code,
+HTML blocks (`<pre>`, `<script>`, comments), quotes, lists, headings or link reference
+definitions (a quoted, pasted or hidden command is not a request: only what reads as a
 command on GitHub is one).
 """
 
@@ -11,11 +12,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from markdown_it import MarkdownIt
+from markdown_it.token import Token
+
 NAMES = ("reverify", "status", "cancel", "help")
 _LINE = re.compile(r"^/rsi(?:\s+(.*))?$")
 _GPU = re.compile(r"^h\d{3}$")
 _SHA = re.compile(r"^[0-9a-f]{7,40}$")
-_FENCE = re.compile(r"^(`{3,}|~{3,})")
 
 
 @dataclass
@@ -29,65 +32,52 @@ class Command:
     sha: str | None = None  # `/rsi reverify <sha>`: exactly this commit (a prefix of it)
 
 
-def _indent(raw: str) -> int:
-    """Leading columns of white space, a tab to the next multiple of four."""
-    n = 0
-    for ch in raw:
-        if ch == " ":
-            n += 1
-        elif ch == "\t":
-            n += 4 - n % 4
-        else:
-            break
-    return n
+_MD = MarkdownIt("commonmark")
+
+
+def _visible(inline: Token) -> list[str]:
+    """A paragraph's lines as GitHub shows them: text and line breaks; what sits in
+    inline HTML (a comment spanning lines), code spans and link texts is not a command,
+    so those lines are marked with a character no command can start with."""
+    out: list[str] = []
+    depth = 0  # inside a link
+    for t in inline.children or []:
+        if t.type in ("softbreak", "hardbreak"):
+            out.append("\n")
+        elif t.type == "link_open":
+            depth += 1
+            out.append("\0")
+        elif t.type == "link_close":
+            depth -= 1
+        elif t.type in ("html_inline", "code_inline", "image"):
+            out.append("\0" + "\n" * t.content.count("\n"))
+        elif t.type == "text" and not depth:
+            out.append(t.content)
+    return "".join(out).split("\n")
 
 
 def _command_line(text: str) -> str | None:
-    fence: str | None = None  # the open fence's characters (closed by as many or more)
-    hidden: str | None = None  # the end of an open HTML comment or <pre> block
-    quoted = False  # the previous line was in a quote: a lazy continuation stays in it
-    # Markdown's line endings only (str.splitlines also breaks at \x85, \u2028, …), and
-    # only spaces and tabs around a line (a no-break space after a fence keeps it open).
-    for raw in re.split(r"\r\n|\r|\n", text):
-        line = raw.strip(" \t")
-        # Indented four columns or more, a fence line is code, not a fence (CommonMark).
-        fence_line = _indent(raw) < 4
-        if fence is not None:
-            # A closing fence is the fence character alone, at least as long (no info).
-            if fence_line and re.fullmatch(rf"{re.escape(fence[0])}{{{len(fence)},}}", line):
-                fence = None
-            continue
-        if hidden is not None:
-            if hidden in line.lower():
-                hidden = None
-            continue
-        m = _FENCE.match(line) if fence_line else None
-        if m and not (m.group(1)[0] == "`" and "`" in line[m.end() :]):  # not inline code
-            fence, quoted = m.group(1), False
-            continue
-        low = line.lower()
-        if low.startswith("<pre"):
-            hidden = None if "</pre>" in low else "</pre>"
-            quoted = False
-            continue
-        if not line:
-            quoted = False
-            continue
-        # An HTML comment opened on this line hides the lines after it (and all of this
-        # one when it starts it).
-        opens = low.find("<!--")
-        if opens >= 0 and "-->" not in low[opens + 4 :]:
-            hidden = "-->"
-        if opens == 0:
-            continue
-        # In a quote (or its lazy continuation) or an indented code block: shown, not asked.
-        if line.startswith(">") or quoted:
-            quoted = True
-            continue
-        if raw.startswith(("    ", "\t")):
-            continue
-        if _LINE.match(line):
-            return line
+    """The first `/rsi` line that GitHub shows as a paragraph of its own at the top level:
+    not in a code block, an HTML block (`<pre>`, `<script>`, a comment), a quote, a list,
+    a heading or a link reference definition (whose title can hide lines), parsed as
+    CommonMark (markdown-it) rather than line by line."""
+    # Markdown's line endings only (str.splitlines also breaks at \x85, \u2028, …).
+    text = re.sub(r"\r\n|\r", "\n", text)
+    nested = 0  # quotes and lists around the current token
+    prev = ""
+    for tok in _MD.parse(text):
+        in_paragraph, prev = prev == "paragraph_open", tok.type
+        if tok.type in ("blockquote_open", "bullet_list_open", "ordered_list_open"):
+            nested += 1
+        elif tok.type in ("blockquote_close", "bullet_list_close", "ordered_list_close"):
+            nested -= 1
+        elif tok.type == "inline" and in_paragraph and not nested:
+            raw = tok.content.split("\n")
+            shown = _visible(tok)
+            for line, seen in zip(raw, shown, strict=False):
+                line = line.strip(" \t")
+                if _LINE.match(line) and seen.strip(" \t") == line:
+                    return line
     return None
 
 

@@ -79,6 +79,17 @@ def test_mistakes_are_named(text: str, error: str) -> None:
         "<pre>\n/rsi reverify\n</pre>",
         "/rsirevert",
         "/rs reverify",
+        # shown as nothing on GitHub: a link reference definition whose title spans lines
+        '[ref]: https://example.com\n"\n/rsi reverify\n"',
+        "[ref]: https://example.com '\n/rsi reverify\n'",
+        "<script>\n/rsi reverify\n</script>",  # an HTML block
+        "<div>\n/rsi reverify\n</div>",
+        "<details>\n/rsi reverify",
+        "- /rsi reverify",  # a list item: not a line of its own
+        "1. /rsi reverify",
+        "# /rsi reverify",  # a heading
+        "[/rsi reverify](https://example.com)",  # a link's text
+        "`/rsi reverify`",  # a code span
     ],
 )
 def test_not_commands(text: str) -> None:
