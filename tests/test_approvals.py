@@ -226,6 +226,33 @@ def test_allow_listed_users_approve_untrusted_code_only_with_write_access(w: Wor
     assert approved(w, number) == {B_SHA}
 
 
+def test_a_writer_whose_access_was_just_removed_cannot_approve(w: World) -> None:
+    """Before: a permission answer up to 60 s old approved an untrusted head for a writer
+    whose write access had been removed 8 s earlier. Approving untrusted code asks afresh."""
+    number = published_pr(w)
+    w.github.set_permission(appkit.UPSTREAM, "mia", "write")
+    deliver(w, "issue_comment", command(w.github, number, "/rsi status", "mia"), "c-0")
+    assert w.github.count("GET", r"/collaborators/mia/permission$") == 1  # now cached
+    w.github.set_permission(appkit.UPSTREAM, "mia", "read")  # removed, seconds later
+    deliver(w, "pull_request", push(w.github, number, B_SHA, "drive-by"), "p-b")
+    dispatches = len(w.github.dispatches)
+    deliver(w, "issue_comment", command(w.github, number, "/rsi reverify", "mia"), "c-1")
+    assert len(w.github.dispatches) == dispatches
+    assert approved(w, number) == set()
+    assert replies(w, number, "write access")
+
+
+def test_a_push_by_an_account_whose_access_was_just_removed_is_not_trusted(w: World) -> None:
+    number = published_pr(w)
+    w.github.set_permission(appkit.UPSTREAM, "mia", "write")
+    deliver(w, "issue_comment", command(w.github, number, "/rsi status", "mia"), "c-0")
+    w.github.set_permission(appkit.UPSTREAM, "mia", "read")
+    dispatches = len(w.github.dispatches)
+    deliver(w, "pull_request", push(w.github, number, B_SHA, "mia"), "p-b")
+    assert len(w.github.dispatches) == dispatches  # waits for a writer's approval
+    assert approved(w, number) == set()
+
+
 def rerun(w: World, number: int, sha: str, sender: str) -> dict[str, Any]:
     p = _repo(copy.deepcopy(example("check_run", "rerequested")))
     p["check_run"].update(name="rsi/verify", head_sha=sha, pull_requests=[{"number": number}])

@@ -133,11 +133,12 @@ def _reverify(ctx: Context, number: int, user: str, cmd: Command, said: Said) ->
     if seen is None:
         return messages.reverify_which(user, cmd.sha, head)
     permission = said.permission
-    if needs_writer and permission is None:
+    if needs_writer:
         # Listed under `trigger.allow`: approving untrusted code still takes write access.
-        if quiet:
+        if permission is None and quiet:
             return None
-        permission = ctx.github.permission(ctx.repo, user, max_age_s=PERMISSION_AGE_S)
+        # Asked afresh: a cached answer may predate the removal of the user's access.
+        permission = ctx.github.permission(ctx.repo, user, max_age_s=0.0)
     if needs_writer and permission not in approvals.WRITERS:
         with ctx.db.session() as s:
             approvals.refuse(s, ctx.repo, said.comment_id, permission or "none")

@@ -31,7 +31,6 @@ from bot.verification import steps, store
 
 log = logging.getLogger(__name__)
 
-PERMISSION_AGE_S = 60.0  # one permission answer serves a burst of pushes and commands
 MAX_LOOKUPS = 5  # commit authors looked up per push; more unknown accounts wait
 GITHUB_COMMITTER = "web-flow"  # GitHub's own committer of web edits and "Update branch"
 
@@ -146,7 +145,9 @@ def _trusted_account(
         return True
     if len(asked) > MAX_LOOKUPS:
         return False
-    perm = ctx.github.permission(ctx.repo, login, max_age_s=PERMISSION_AGE_S)
+    # Asked afresh: trusting a push lets its code run, and a cached answer may predate
+    # the removal of the account's access (`asked` still serves the rest of this push).
+    perm = ctx.github.permission(ctx.repo, login, max_age_s=0.0)
     asked[who] = perm in approvals.WRITERS
     return asked[who]
 
