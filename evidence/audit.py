@@ -466,7 +466,10 @@ def _control_moved(src: Source, controls: Sequence[ControlRow]) -> list[Finding]
                 f"The null control (base against base{pairs}) moved {change_text(c)} on "
                 f"{c.gpu} {_cfg(c.mode, c.concurrency)} ({c.label}, {c.verdict}): this "
                 f"machine favoured {favoured(c)} by about that much during the run, so a "
-                "change of that size between base and head is not evidence of the code.",
+                "change of that size between base and head is not evidence of the code, "
+                "in either direction: a control that moved means the two slots were not "
+                "alike (the machine, or something acting on one slot), not that a change "
+                "beat a handicap.",
                 src,
                 [lr.run.id for lr in runs_of(src, c)][:MAX_IDS],
                 delta_pct=c.delta_pct,

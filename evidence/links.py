@@ -39,10 +39,15 @@ def links(github_url: str, sources: list[Source]) -> list[Link]:
 
 
 def _design_flag(src: Source) -> str:
-    """`--design NAME` for a design the engine knows other than the runner's default;
-    a name it does not know is never put in a command."""
+    """`--design NAME` for a design the engine knows (the runner's default takes the
+    task's, which may be another), and `--control aa` when a null control ran; a name it
+    does not know is never put in a command."""
     name = src.manifest.measured_by.name
-    return f" --design {name}" if name in DESIGNS and name != "sequential" else ""
+    flag = f" --design {name}" if name in DESIGNS else ""
+    control = src.manifest.control
+    if flag and isinstance(control, dict) and control.get("kind") == "aa":
+        flag += " --control aa"
+    return flag
 
 
 def reproduce(github_url: str, sources: list[Source], rounds: int) -> Reproduce | None:

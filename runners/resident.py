@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runners import host, outputs, placement, proc, schedule
+from runners import host, netns, outputs, placement, proc, schedule
 from runners.gpu import Backend, Monitor, wait_idle
 from runners.task import render, render_command
 from runners.util import iso, write_json_atomic
@@ -57,7 +57,8 @@ SUMMARY = {
 ASSUMES = {
     "alternate": [
         "the host's speed changes more slowly than a pair of bursts (seconds)",
-        "a frozen server does not slow the one serving (it holds memory, not compute)",
+        "a frozen server does not slow the one serving (it holds memory, not compute; "
+        "each has a network of its own, and the GPU is idle before every switch)",
         "whoever serves second in a pair gains or loses the same for either side "
         "(the order term removes it)",
     ],
@@ -105,6 +106,7 @@ class Resident:
     frozen: bool = False
     fresh: bool = True  # the next burst is the first since it started: it carries the start
     pending_s: float = 0.0  # start-up and warm-up time not yet carried by a burst's run_s
+    net: str | None = None  # its network namespace (`/proc/PID/ns/net`), when it has one
     warmed: set[str] = field(default_factory=set)  # modes warmed up
 
 
@@ -177,6 +179,9 @@ class Alternation:
         self.stop_reason: str | None = None
         self.control = v.o.control == "aa"
         self.active: str | None = None  # the slot that served the last burst
+        # Resident side by side, a head that could reach the base's port would queue work
+        # there while the base is frozen: each isolated server gets a network of its own.
+        self.own_net = v.sandbox.isolated
         # Which side's server starts (and is resident) first: from the verification id,
         # so across verifications each side goes first about half the time. The order is
         # recorded (`design.start_order`); the null control measures what it does.
@@ -219,7 +224,8 @@ class Alternation:
         t = time.monotonic()
         if self.held_since is None:
             self.held_since = t
-        cmd, cmd_env = v.sandbox.command(side, group, argv, env)
+        own_net = self.own_net
+        cmd, cmd_env = v.sandbox.command(side, group, argv, env, own_net=own_net)
         from runners.verify import RunFailure
 
         try:
@@ -246,12 +252,15 @@ class Alternation:
                 "log": v.bundle.rel(log),
                 "started_at": iso(),
                 "memory_fraction": MEMORY_FRACTION,
+                "network": "its own namespace, loopback only" if own_net else "the host's",
             },
         )
+        if own_net:  # the starter execs the server: its pid holds the namespace
+            res.net = f"/proc/{server.pid}/ns/net"
         self.servers[slot] = res
         self.records.setdefault(slot, []).append(res.record)
         try:
-            res.record["startup_s"] = round(v._wait_healthy(server, health, v.deadline), 4)
+            res.record["startup_s"] = round(v._wait_healthy(server, health, v.deadline, res.net), 4)
         except BaseException:
             self._end(res)  # never healthy: not left resident for the next burst to use
             raise
@@ -309,7 +318,9 @@ class Alternation:
         scratch = Path(str(res.vals["scratch"]))
         vals = dict(res.vals, mode=p.mode, concurrency=p.concurrency)
         log = v.bundle.log_dir(f"resident-{res.slot}-{res.record['start']}") / "client.log"
-        return v._warm_up(p, vals, scratch, v.client_env(vals), log, res.server, v.deadline)
+        return v._warm_up(
+            p, vals, scratch, v.client_env(vals), log, res.server, v.deadline, res.net
+        )
 
     def _end(self, res: Resident) -> list[dict[str, Any]]:
         """Stop a resident server and its cgroup; once no server of its user is left, every
@@ -334,6 +345,10 @@ class Alternation:
             self.held_since = None
         return survivors
 
+    @property
+    def servers_started(self) -> bool:
+        return self.starts > 0
+
     def close(self) -> list[dict[str, Any]]:
         survivors: list[dict[str, Any]] = []
         for res in list(self.servers.values()):
@@ -349,6 +364,13 @@ class Alternation:
         """Every planned burst; the reason the schedule stopped early, or None."""
         v = self.v
         rows_share = per_row(v)
+        why = netns.unavailable() if self.own_net else None
+        if why is not None:
+            raise Refused(
+                f"this machine cannot give each resident server a network of its own ({why}), "
+                "and without one a head could reach the base's port, so the sequential "
+                "design ran"
+            )
         try:
             for p in self.runs():
                 v._check_signal()
@@ -381,6 +403,19 @@ class Alternation:
             survivors = self.close()
             if survivors:
                 v.bundle.update(survivors=survivors)
+            # recorded also when a signal or an error ended the schedule early
+            if self.servers_started:
+                starts = sorted(
+                    (r["start"], slot) for slot, recs in self.records.items() for r in recs
+                )
+                v.bundle.update(
+                    design=dict(
+                        v._design(),
+                        servers=self.records,
+                        start_order=[slot for _, slot in starts],
+                    )
+                )
+                v.minutes = self.gpu_minutes
             if self.control:
                 v.bundle.update(control=self.control_record())
         return self.stop_reason
@@ -499,6 +534,7 @@ class Alternation:
                     res.server,
                     v.task.benchmark.timeout_s,
                     time.monotonic() + v.run_timeout,
+                    res.net,
                 )
             finally:
                 monitor.stop()

@@ -354,11 +354,17 @@ class Sandbox:
         return Group(self.parent / f"{self._n:04d}-{label}"[:60])
 
     def command(
-        self, side: str, group: Group | None, argv: list[str], env: Mapping[str, str]
+        self,
+        side: str,
+        group: Group | None,
+        argv: list[str],
+        env: Mapping[str, str],
+        own_net: bool = False,
     ) -> tuple[list[str], dict[str, str]]:
         """`argv` as the side's user, inside `group`, with `env`: the command line and
         environment to start. While the starter is root its environment is PATH alone;
-        `env` reaches the command through a root-only file (no `LD_PRELOAD` as root)."""
+        `env` reaches the command through a root-only file (no `LD_PRELOAD` as root).
+        `own_net`: in a network namespace of its own, loopback only (runners/netns.py)."""
         if not self.isolated or group is None:
             return argv, dict(env)
         a = self.accounts[side]
@@ -378,6 +384,7 @@ class Sandbox:
             str(a.uid),
             str(a.gid),
             str(env_file),
+            *(["--own-net"] if own_net else []),
             "--",
             *argv,
         ]

@@ -42,6 +42,7 @@ from runners import (
     fingerprint,
     gitwork,
     host,
+    netns,
     outputs,
     placement,
     proc,
@@ -132,6 +133,7 @@ class RunnerBug(Exception):
 
 
 GPU_LABELS = {"h100": "H100", "h200": "H200", "cpu": "CPU"}
+NETNS = Path(__file__).resolve().parent / "_netns.py"  # a client into a server's namespace
 
 
 def free_port() -> int:
@@ -432,7 +434,10 @@ class Verifier:
             os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
         )
         for k, t in self.task.server.env.items():
-            env[k] = render(t, values)
+            try:
+                env[k] = render(t, values)
+            except KeyError:
+                continue  # names a run's placeholder ({mode}, {port}…): set for runs only
         return env
 
     # ------------------------------------------------------------------ the whole verification
@@ -515,17 +520,6 @@ class Verifier:
             except resident.Refused as exc:
                 self._fall_back(str(exc))
             else:
-                starts = sorted(
-                    (r["start"], slot) for slot, recs in alt.records.items() for r in recs
-                )
-                self.bundle.update(
-                    design=dict(
-                        self._design(),
-                        servers=alt.records,
-                        start_order=[slot for _, slot in starts],
-                    )
-                )
-                self.minutes = alt.gpu_minutes
                 return reason
         stop_reason: str | None = None
         for p in self.rounds.runs(lambda: self.bundle.runs):
@@ -1147,7 +1141,9 @@ class Verifier:
                 "start-failed", f"the server's variant check refused a file of the {side}: {exc}"
             ) from exc
 
-    def _wait_healthy(self, server: proc.Process, url: str, run_deadline: float) -> float:
+    def _wait_healthy(
+        self, server: proc.Process, url: str, run_deadline: float, net: str | None = None
+    ) -> float:
         limit, which = self._limit(self.task.server.startup_timeout_s, run_deadline)
         t_end = time.monotonic() + limit
         delay = 0.05
@@ -1158,7 +1154,8 @@ class Verifier:
                     "start-failed",
                     f"the server exited before its health check passed ({proc.describe_exit(rc)})",
                 )
-            if healthy(url, timeout=min(5.0, max(0.5, t_end - time.monotonic()))):
+            ask = functools.partial(healthy, url, min(5.0, max(0.5, t_end - time.monotonic())))
+            if netns.run_in(net, ask):
                 return server.elapsed()
             now = time.monotonic()
             if now >= t_end:
@@ -1182,6 +1179,7 @@ class Verifier:
         server: proc.Process | None,
         step_timeout: float,
         run_deadline: float,
+        net: str | None = None,
     ) -> proc.Finished:
         """Run a client command against the live server; RunFailure if it goes wrong.
 
@@ -1190,6 +1188,8 @@ class Verifier:
         a crash. A client past its time limit is stopped (a hung server, usually).
         """
         argv = render_command(template, vals)
+        if net is not None:  # the server's own network namespace (runners/netns.py)
+            argv = [sys.executable, "-I", "-S", str(NETNS), net, "--", *argv]
         limit, which = self._limit(step_timeout, run_deadline)
         assert self.bench_tree is not None
         try:
@@ -1256,6 +1256,7 @@ class Verifier:
         client_log: Path,
         server: proc.Process,
         run_deadline: float,
+        net: str | None = None,
     ) -> dict[str, Any]:
         """Warm-up passes until two in a row agree on throughput (steady), at most
         `warmup_max_passes`: a fixed count cannot know how long a server takes to settle."""
@@ -1275,6 +1276,7 @@ class Verifier:
                 server,
                 b.timeout_s,
                 run_deadline,
+                net,
             )
             out = self._output(b.output, wvals)
             wall, source = wall_clock(out, fin.wall_s) if out else (fin.wall_s, "runner")

@@ -469,3 +469,9 @@ def test_only_primary_rows_of_the_same_configuration_are_demoted() -> None:
     guard.primary = False
     demote([other, guard], [_control_row("throughput_qps", 9.0)])
     assert other.verdict == guard.verdict == "improved"
+
+
+def test_the_reproduce_command_asks_for_the_control_too(tmp_path: Path) -> None:
+    ev, _ = build(Inputs(bundles=[control_bundle(tmp_path / "b")]))
+    assert ev.reproduce is not None
+    assert "--design alternate --control aa --out bundle-h200" in ev.reproduce.command

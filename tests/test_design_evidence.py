@@ -160,7 +160,8 @@ def test_no_design_reads_as_sequential_unpaired() -> None:
     assert "- **H200**: sequential rounds: one server start per run" in comment
     assert "analysed unpaired (Welch's test on the rounds)" in comment
     assert "compared as" not in comment
-    assert "--design" not in comment  # the runner's default
+    # named: the runner's default is the task's own design, which may be another
+    assert "--design sequential --out bundle-h200" in comment
 
 
 def test_evidence_from_before_designs_still_reads_and_renders(tmp_path: Path) -> None:

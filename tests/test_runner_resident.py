@@ -23,6 +23,7 @@ from tests.test_runner_verify import (
     CANDIDATE_PYTHON,
     ROOT,
     build,
+    git,
     make_repo,
     runner_cmd,
     runner_env,
@@ -392,3 +393,90 @@ def test_a_burst_after_a_switch_is_not_measured_while_the_gpu_is_still_busy(
         assert "still busy" in runs[rid]["error"]
     for rid in ("r1-base-nonstream-c4", "r2-head-nonstream-c4"):
         assert runs[rid]["status"] == "ok"
+
+
+PROBE = '''"""A hostile head: before serving, it looks for the base's resident server (its port is
+on its public command line) and tries to reach it."""
+import os, runpy, socket, sys, time
+
+def ports():
+    found = []
+    for pid in os.listdir("/proc"):
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\\0")
+        except OSError:
+            continue
+        cmd = [c.decode(errors="replace") for c in cmd]
+        if "--side" in cmd and "--port" in cmd and cmd[cmd.index("--side") + 1] == "base":
+            found.append(int(cmd[cmd.index("--port") + 1]))
+    return found
+
+targets = ports()
+print(f"PROBE saw base ports {targets}", file=sys.stderr, flush=True)
+for port in targets:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        print(f"PROBE REACHED {port}", file=sys.stderr, flush=True)
+    except OSError as exc:
+        print(f"PROBE BLOCKED {port}: {exc}", file=sys.stderr, flush=True)
+sys.argv[0] = os.path.join(os.path.dirname(__file__), "dry_server.py")
+runpy.run_path(sys.argv[0], run_name="__main__")
+'''
+
+
+def test_a_resident_head_cannot_reach_the_base_it_sits_beside(tmp_path: Path) -> None:
+    """An outside try: with both servers resident, a head connected to the base's port
+    and queued heavy requests there while the base was frozen; an A/A read +80%. Each
+    isolated server now has a network namespace of its own, loopback only."""
+    task_file = tmp_path / "dry-worktree.toml"
+    task_file.write_text(
+        tasks.resolve("dry")
+        .read_text()
+        .replace("{rsi_root}/runners/dry/server.py", "{worktree}/srv.py", 1)
+    )
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    dry = (ROOT / "runners" / "dry" / "server.py").read_text()
+    (repo / "srv.py").write_text(dry)
+    (repo / "rsi-dry.json").write_text("{}")
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "base")
+    base = git(repo, "rev-parse", "HEAD")
+    (repo / "dry_server.py").write_text(dry)
+    (repo / "srv.py").write_text(PROBE)
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "head")
+    head = git(repo, "rev-parse", "HEAD")
+    out = tmp_path / "bundle"
+    cmd = runner_cmd(repo, base, head, out, "--task", str(task_file), "--design", "alternate")
+    # the base starts first, so the head's probe runs while the base is resident
+    cmd[cmd.index("--verification-id") + 1] = "v-base-first"
+    assert hashlib.sha256(b"v-base-first").digest()[0] % 2 == 0
+    r = subprocess.run(cmd, cwd=ROOT, env=runner_env(), capture_output=True, text=True, timeout=120)
+    m = json.loads((out / "manifest.json").read_text())
+    assert [x["status"] for x in m["runs"]] == ["ok"] * 4, r.stderr
+    servers = m["design"]["servers"]
+    log = (out / servers["head"][0]["log"]).read_text()
+    assert "PROBE saw base ports [" in log
+    assert "PROBE REACHED" not in log
+    assert "PROBE BLOCKED" in log
+    assert {s[0]["network"] for s in servers.values()} == {"its own namespace, loopback only"}
+
+
+def test_a_server_variable_naming_a_run_placeholder_does_not_break_the_probes(
+    tmp_path: Path,
+) -> None:
+    """An outside try: `env = { RSI_MODE = "{mode}" }` raised KeyError('mode') while the
+    sides were fingerprinted, and every run was skipped as a runner error."""
+    task_file = tmp_path / "dry-env.toml"
+    task_file.write_text(
+        tasks.resolve("dry").read_text().replace("env = {}", 'env = { RSI_MODE = "{mode}" }', 1)
+    )
+    b, h = make_repo(tmp_path / "repo", {}, {})
+    out = tmp_path / "bundle"
+    cmd = runner_cmd(tmp_path / "repo", b, h, out, "--task", str(task_file), "--isolation", "none")
+    r = subprocess.run(cmd, cwd=ROOT, env=runner_env(), capture_output=True, text=True, timeout=120)
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["error"] is None, r.stderr
+    assert [x["status"] for x in m["runs"]] == ["ok"] * 4
