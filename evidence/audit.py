@@ -194,6 +194,50 @@ def _run_failed(src: Source, policy: Policy) -> list[Finding]:
                         side=side,
                     )
                 )
+        out += _one_sided_failures(src, mode, conc, runs)
+    return out
+
+
+# Failures the runner causes or that end the schedule: no side chose them.
+_NOT_THE_SIDES = frozenset({"total-time-limit", "interrupted", "runner-error"})
+
+
+def _one_sided_failures(src: Source, mode: str, conc: int, runs: list[LoadedRun]) -> list[Finding]:
+    """A side whose runs fail far more often than the other's can drop its own slow
+    rounds (a server that crashes when it is slow loses those pairs, and is started
+    again): an outside try dropped 6 of 16 head bursts this way. At least 2 failures and
+    a fifth of the side's runs, against at most a third as many on the other side, is an
+    error: no gain is claimed from what such a side left."""
+    counts: dict[str, tuple[int, int]] = {}
+    for side in ("base", "head"):
+        ran = [lr for lr in runs if lr.run.side == side and lr.run.status != "skipped"]
+        failed = [
+            lr
+            for lr in ran
+            if lr.run.status == "failed" and (lr.run.failure or "") not in _NOT_THE_SIDES
+        ]
+        counts[side] = (len(failed), len(ran))
+    out: list[Finding] = []
+    for side, other in (("base", "head"), ("head", "base")):
+        f, n = counts[side]
+        fo, _ = counts[other]
+        if f >= 2 and f >= 0.2 * n and 3 * fo <= f:
+            out.append(
+                _f(
+                    "run-failed",
+                    "error",
+                    f"{_cfg(mode, conc)}: the {side} failed {f} of its {n} runs, the {other} "
+                    f"{fo}. A side whose runs fail selectively can drop its slow rounds, so "
+                    "no change is claimed from the runs it left.",
+                    src,
+                    [lr.run.id for lr in runs if lr.run.side == side and lr.run.status == "failed"][
+                        :MAX_IDS
+                    ],
+                    side=side,
+                    failed_runs=f,
+                    side_runs=n,
+                )
+            )
     return out
 
 

@@ -409,3 +409,33 @@ def test_a_host_slower_on_one_side_is_named_even_when_the_spread_is_small(bundle
     assert host.numbers["cv_pct"] < 5
     assert host.numbers["side_gap_pct"] == 8.57
     assert "median base 7 ms, head 7.6 ms (+8.6%)" in host.message
+
+
+def _fail_runs(bundle: Path, ids: list[str], failure: str = "crashed") -> None:
+    def edit(doc: dict[str, Any]) -> None:
+        for r in doc["runs"]:
+            if r["id"] in ids:
+                r.update(status="failed", failure=failure, error="the server exited")
+
+    edit_manifest(bundle, edit)
+
+
+def test_a_side_that_fails_selectively_makes_the_evidence_invalid(bundle: Path) -> None:
+    """An outside try: a head whose server crashed in its slow bursts dropped 6 of 16
+    pairs (only warnings). Failures on one side (>= 2 and a fifth of its runs, against at
+    most a third as many on the other) are an error: no gain from what it left."""
+    _fail_runs(bundle, run_ids(bundle, "head", "non-streaming")[:2])
+    fs = findings(bundle)
+    (one,) = [f for f in fs if f.severity == "error"]
+    assert one.code == "run-failed"
+    assert "the head failed 2 of its 4 runs, the base 0" in one.message
+    assert build(Inputs(bundles=[bundle]))[0].verdict == "invalid"
+
+
+def test_failures_on_both_sides_alike_or_caused_by_the_runner_are_warnings(
+    bundle: Path,
+) -> None:
+    _fail_runs(bundle, run_ids(bundle, "head", "non-streaming")[:1])
+    _fail_runs(bundle, run_ids(bundle, "base", "non-streaming")[:1])
+    _fail_runs(bundle, run_ids(bundle, "head", "streaming")[:2], failure="total-time-limit")
+    assert not [f for f in findings(bundle) if f.severity == "error"]
