@@ -72,6 +72,21 @@ def compare(
             se = math.sqrt(vb / base.size + vh / head.size)
             df = float(res.df)
             mde = float((stats.t.ppf(1 - alpha / 2, df) + stats.t.ppf(power, df)) * se)
+    return _result(scale, base, head, d, lo, hi, p, mde)
+
+
+def _result(
+    scale: Literal["log", "diff"],
+    base: FloatArray,
+    head: FloatArray,
+    d: float,
+    lo: float | None,
+    hi: float | None,
+    p: float | None,
+    mde: float | None,
+) -> Comparison:
+    """The comparison as head/base − 1 from a difference `d` (and its interval) on the
+    log scale, or relative to the base's mean on the difference scale."""
     if scale == "log":
         return Comparison(
             delta=math.expm1(d),
@@ -151,32 +166,7 @@ def compare_paired(
             lo, hi = mu - q * se, mu + q * se
             p = float(2.0 * stats.t.sf(abs(mu) / se, df))
             mde = float((q + stats.t.ppf(power, df)) * se)
-    if scale == "log":
-        return Comparison(
-            delta=math.expm1(mu),
-            lo=None if lo is None else math.expm1(lo),
-            hi=None if hi is None else math.expm1(hi),
-            p=p,
-            mde=None if mde is None else math.expm1(mde),
-            delta_abs=float(head.mean() - base.mean()),
-            lo_abs=None,
-            hi_abs=None,
-        )
-    ref = float(base.mean())
-
-    def rel(v: float | None) -> float | None:
-        return None if v is None or ref == 0 else v / ref
-
-    return Comparison(
-        delta=rel(mu),
-        lo=rel(lo),
-        hi=rel(hi),
-        p=p,
-        mde=rel(mde),
-        delta_abs=mu,
-        lo_abs=lo,
-        hi_abs=hi,
-    )
+    return _result(scale, base, head, mu, lo, hi, p, mde)
 
 
 def holm(pvalues: list[float]) -> list[float]:

@@ -182,13 +182,10 @@ class _BigServers(Backend):
         return GpuInfo(gpu_name="NVIDIA H200", gpu_count=1, gpu_memory_total_mib=143_771)
 
 
-def test_servers_that_cannot_fit_twice_fall_back_to_sequential_saying_why(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("RSI_GPU_IDLE_MEM_MIB", "1000000")
+def _in_process(tmp_path: Path, out: Path, vid: str, backend: Backend) -> Options:
+    """An alternate A/A of the dry task run in this process, unisolated, on `backend`."""
     b, h = make_repo(tmp_path / "repo", {}, {})
-    out = tmp_path / "bundle"
-    opts = Options(
+    return Options(
         repo=str(tmp_path / "repo"),
         base=b,
         head_repo=str(tmp_path / "repo"),
@@ -198,17 +195,25 @@ def test_servers_that_cannot_fit_twice_fall_back_to_sequential_saying_why(
         rounds=2,
         modes=["non-streaming"],
         out=out,
-        verification_id="v-fit",
+        verification_id=vid,
         repo_name="owner/repo",
         requests=10,
         workdir=tmp_path / "work",
         prelaunch_s=0.0,
         sample_interval_s=0.2,
-        backend=_BigServers(),
+        backend=backend,
         isolation="none",
         design="alternate",
         python=CANDIDATE_PYTHON,
     )
+
+
+def test_servers_that_cannot_fit_twice_fall_back_to_sequential_saying_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RSI_GPU_IDLE_MEM_MIB", "1000000")
+    out = tmp_path / "bundle"
+    opts = _in_process(tmp_path, out, "v-fit", _BigServers())
     assert Verifier(opts).run() == 0
     m = json.loads((out / "manifest.json").read_text())
     d = m["design"]
@@ -361,29 +366,8 @@ class _BusyWhileServed(_BigServers):
 def test_a_burst_after_a_switch_is_not_measured_while_the_gpu_is_still_busy(
     tmp_path: Path,
 ) -> None:
-    b, h = make_repo(tmp_path / "repo", {}, {})
     out = tmp_path / "bundle"
-    opts = Options(
-        repo=str(tmp_path / "repo"),
-        base=b,
-        head_repo=str(tmp_path / "repo"),
-        head=h,
-        task=tasks.load("dry"),
-        gpu="h200",
-        rounds=2,
-        modes=["non-streaming"],
-        out=out,
-        verification_id="v-busy",
-        repo_name="owner/repo",
-        requests=10,
-        workdir=tmp_path / "work",
-        prelaunch_s=0.0,
-        sample_interval_s=0.2,
-        backend=_BusyWhileServed(),
-        isolation="none",
-        design="alternate",
-        python=CANDIDATE_PYTHON,
-    )
+    opts = _in_process(tmp_path, out, "v-busy", _BusyWhileServed())
     Verifier(opts).run()
     m = json.loads((out / "manifest.json").read_text())
     runs = {x["id"]: x for x in m["runs"]}
