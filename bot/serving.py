@@ -28,6 +28,7 @@ from gunicorn.arbiter import Arbiter
 from gunicorn.glogging import Logger as GunicornLogger
 from gunicorn.workers import ggevent
 
+from bot.bodies import CHUNK, Budget, BudgetSpent, SpooledBody
 from bot.observability.logs import JsonFormatter
 
 BODY_TIMEOUT_S = 10.0
@@ -41,6 +42,10 @@ MAX_CONTENT_LENGTH is the same); a larger one is answered 413 unread."""
 CONFIG_MODULE = "bot.gunicorn_conf"
 
 _TOO_LARGE = b"HTTP/1.1 413 Content Too Large\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+_BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 10\r\nConnection: close\r\n"
+    b"Content-Length: 0\r\n\r\n"
+)
 
 
 JITTER = 0.4
@@ -68,7 +73,9 @@ class GeventWorker(ggevent.GeventWorker):  # type: ignore[misc]
     """gunicorn's gevent worker that reads a request's body before the application sees
     it, within `BODY_TIMEOUT_S`, as a buffering proxy would: a client too slow is
     disconnected without the application ever running (so thousands of them timing out
-    at once cost next to nothing), and the application reads from memory."""
+    at once cost next to nothing). The bodies it holds are bounded by `bot.bodies`: a
+    little memory each and in all, the rest on disk, and 503 once the disk budget is
+    spent."""
 
     def timeout_ctx(self) -> Any:
         """The time a client has for its request line and headers (and an idle keep-alive
@@ -77,12 +84,20 @@ class GeventWorker(ggevent.GeventWorker):  # type: ignore[misc]
 
         return gevent.Timeout(_jittered(self.cfg.keepalive), False)
 
-    def handle_request(self, listener_name: Any, req: Any, sock: Any, addr: Any) -> Any:
-        if req.body is not None:
-            self._read_body(req, sock, addr)
-        return super().handle_request(listener_name, req, sock, addr)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.bodies = Budget()
 
-    def _read_body(self, req: Any, sock: Any, addr: Any) -> None:
+    def handle_request(self, listener_name: Any, req: Any, sock: Any, addr: Any) -> Any:
+        body = self._read_body(req, sock, addr) if req.body is not None else None
+        try:
+            return super().handle_request(listener_name, req, sock, addr)
+        finally:
+            if body is not None:
+                body.release()
+                req.body = io.BytesIO()  # read whole already; the parser reads what is left
+
+    def _read_body(self, req: Any, sock: Any, addr: Any) -> SpooledBody:
         import gevent
 
         declared = _content_length(req)
@@ -92,16 +107,28 @@ class GeventWorker(ggevent.GeventWorker):  # type: ignore[misc]
         if req._expected_100_continue:  # the client waits for this before its body
             sock.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
             req._expected_100_continue = False
+        body = SpooledBody(self.bodies)
         try:
             with gevent.Timeout(_jittered(BODY_TIMEOUT_S), SlowClient("request body too slow")):
-                body = req.body.read(MAX_BODY_BYTES + 1)
+                while chunk := req.body.read(CHUNK):
+                    body.write(chunk)
+                    if body.size > MAX_BODY_BYTES:  # chunked, without a length
+                        sock.sendall(_TOO_LARGE)
+                        raise StopIteration("request body too large")
         except SlowClient:
+            body.release()
             self.log.debug("closing the connection of %s: its request body was too slow", addr)
             raise StopIteration("request body too slow") from None
-        if len(body) > MAX_BODY_BYTES:  # chunked, without a length
-            sock.sendall(_TOO_LARGE)
-            raise StopIteration("request body too large")
-        req.body = io.BytesIO(body)
+        except BudgetSpent as exc:
+            body.release()
+            self.log.warning("answered %s 503: %s", addr, exc)
+            sock.sendall(_BUSY)
+            raise StopIteration("request bodies' budget spent") from None
+        except BaseException:
+            body.release()
+            raise
+        req.body = body.reader()
+        return body
 
 
 class JsonLogger(GunicornLogger):  # type: ignore[misc]

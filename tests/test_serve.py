@@ -335,3 +335,93 @@ def test_metrics_need_a_port_of_their_own(tmp_path: Path) -> None:
     )
     assert web.returncode != 0
     assert "METRICS_PORT and PORT are both" in web.stdout + web.stderr
+
+
+STALLED = 60
+STALLED_MIB = 25
+
+
+def worker_pids(arbiter: int) -> list[int]:
+    children = Path(f"/proc/{arbiter}/task/{arbiter}/children").read_text().split()
+    return [int(pid) for pid in children]
+
+
+def peak_mib(pid: int) -> float:
+    """The process's peak resident memory so far (VmHWM), in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmHWM for {pid}")
+
+
+def stalled_bodies(port: int, count: int, mib: int) -> subprocess.Popen[str]:
+    attack = subprocess.Popen(
+        [sys.executable, "-m", "tests.stalled_bodies", str(port), str(count), str(mib)],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert attack.stdout is not None
+    assert attack.stdout.readline().strip() == "ready"
+    return attack
+
+
+def stalled_result(attack: subprocess.Popen[str]) -> dict[str, object]:
+    out, _ = attack.communicate(input="", timeout=60)
+    return dict(json.loads(out.strip().splitlines()[-1]))
+
+
+def test_stalled_unsigned_bodies_hold_little_memory(tmp_path: Path) -> None:
+    """The outside try's attack: 60 unsigned connections each send a 25 MiB body but its
+    last byte and stall. Each web worker's peak memory grows by well under 100 MiB (it grew
+    by 1.6 GiB when bodies were read into memory), and a signed webhook is answered 202
+    while they stall. bench/body_memory.py measures it against the old way."""
+    port = free_port()
+    web = start_web(tmp_path, "procfile", port, tmp_path / "web.log")
+    try:
+        workers = worker_pids(web.pid)
+        assert len(workers) == 2, workers
+        before = {pid: peak_mib(pid) for pid in workers}
+        attack = stalled_bodies(port, STALLED, STALLED_MIB)
+        status, _ = signed_webhook(port, "while-stalled")
+        grown = {pid: peak_mib(pid) - before[pid] for pid in workers}
+        result = stalled_result(attack)
+    finally:
+        stop(web)
+    assert result["sent"] == STALLED, result
+    assert status == 202
+    assert max(grown.values()) < 100, grown
+
+
+def test_past_the_disk_budget_a_body_is_answered_503_and_signed_ones_still_202(
+    tmp_path: Path,
+) -> None:
+    """With the workers' disk budget for bodies at 8 MiB, 4 stalled 25 MiB bodies are
+    answered 503 with Retry-After as the budget runs out; a signed webhook, which fits in
+    memory, is still answered 202."""
+    port = free_port()
+    log = tmp_path / "web.log"
+    e = env(tmp_path, PYTHONPATH=str(ROOT), PORT=str(port), WEB_BODY_DISK_BYTES=str(8 << 20))
+    subprocess.run([*CLI, "db", "upgrade"], env=e, cwd=tmp_path, check=True)
+    cmd = [sys.executable, "-m", "gunicorn", "-c", "python:bot.gunicorn_conf", "-w", "1"]
+    with log.open("w") as out:
+        web = subprocess.Popen(
+            [*cmd, "bot.web.app:create_app()"],
+            env=e,
+            cwd=tmp_path,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_healthy(web, port, log)
+        attack = stalled_bodies(port, 4, STALLED_MIB)
+        status, _ = signed_webhook(port, "past-the-budget")
+        result = stalled_result(attack)
+    finally:
+        stop(web)
+    assert status == 202
+    assert "HTTP/1.1 503 Service Unavailable" in result["answers"], result  # type: ignore[operator]
+    text = log.read_text()
+    assert re.search(r"answered .* 503: \d+ bytes of request bodies spooled already", text)
+    assert "Error handling request" not in text

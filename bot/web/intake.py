@@ -31,8 +31,8 @@ from bot import observability
 from bot.models import Delivery, Verification
 from bot.repo_config import Plan
 from bot.services import Services
-from bot.signatures import valid
 from bot.verification import store
+from bot.web.signed import signed_body
 from evidence.model import Candidate
 
 log = logging.getLogger(__name__)
@@ -140,12 +140,8 @@ def replayed(svc: Services, cand: Candidate, v: Verification) -> tuple[Response,
 @bp.post("/api/v1/candidates")
 def candidates() -> tuple[Response, int]:
     svc: Services = current_app.extensions["rsi"]
-    body = request.get_data(cache=False)
-    if not valid(
-        body,
-        request.headers.get("X-RSI-Signature-256"),
-        svc.settings.RSI_INTAKE_SECRET.get_secret_value(),
-    ):
+    body = signed_body("X-RSI-Signature-256", svc.settings.RSI_INTAKE_SECRET.get_secret_value())
+    if body is None:
         return jsonify(error="bad or missing X-RSI-Signature-256"), 401
     delivery = request.headers.get("X-RSI-Delivery", "").strip()
     if not delivery or len(delivery) > 80:

@@ -1,6 +1,6 @@
 """`POST /webhooks/github`: verify, persist, acknowledge, queue — nothing else.
 
-The signature is checked on the raw body before anything is parsed; the delivery is
+The signature is checked on the raw body as it streams, before anything is parsed; the delivery is
 stored before the 202, so an acknowledged delivery is never lost; one that cannot be stored
 (the database down) is answered 500, which GitHub records as failed without retrying, and
 the reconciler asks GitHub to redeliver it (`bot.github.deliveries`); a redelivery with the
@@ -17,7 +17,7 @@ from flask import Blueprint, Response, current_app, jsonify, request
 
 from bot import observability
 from bot.services import Services
-from bot.signatures import valid
+from bot.web.signed import signed_body
 
 log = logging.getLogger(__name__)
 bp = Blueprint("webhooks", __name__)
@@ -30,14 +30,10 @@ NOT_JSON = "body is not a UTF-8 JSON object (is the webhook's content type appli
 @bp.post("/webhooks/github")
 def github_webhook() -> Response | tuple[Response, int]:
     rt: Services = current_app.extensions["rsi"]
-    body = request.get_data(cache=False)
     delivery = request.headers.get("X-GitHub-Delivery", "")
     observability.bind_delivery(delivery)
-    if not valid(
-        body,
-        request.headers.get("X-Hub-Signature-256"),
-        rt.settings.WEBHOOK_SECRET.get_secret_value(),
-    ):
+    body = signed_body("X-Hub-Signature-256", rt.settings.WEBHOOK_SECRET.get_secret_value())
+    if body is None:
         log.warning("rejected delivery %s: bad or missing signature", delivery or "(none)")
         observability.count_delivery(observability.UNVERIFIED, "rejected")
         return jsonify(error="bad or missing X-Hub-Signature-256"), 401
