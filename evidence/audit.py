@@ -21,13 +21,14 @@ import pandas as pd
 from scipy import stats
 
 from evidence.asr import SEEDTTS, TRANSCRIBE_DIARIZE
-from evidence.control import change_text, favoured, runs_of
+from evidence.control import favoured, runs_of
 from evidence.inert import bound
 from evidence.load import LoadedRun, Source, common_scored
 from evidence.model import ControlRow, Finding, HistoryEntry, HostCpu, Severity, gpu_label
 from evidence.policy import Policy
 from evidence.records import FloatArray, WerRecords
 from evidence.table import requests_table
+from evidence.verdict import fmt_change
 
 MAX_IDS = 10
 
@@ -507,7 +508,7 @@ def _control_moved(src: Source, controls: Sequence[ControlRow]) -> list[Finding]
             _f(
                 "control-moved",
                 "warning",
-                f"The null control (base against base{pairs}) moved {change_text(c)} on "
+                f"The null control (base against base{pairs}) moved {fmt_change(c)} on "
                 f"{c.gpu} {_cfg(c.mode, c.concurrency)} ({c.label}, {c.verdict}): this "
                 f"machine favoured {favoured(c)} by about that much during the run, so a "
                 "change of that size between base and head is not evidence of the code, "

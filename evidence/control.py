@@ -23,6 +23,7 @@ from evidence.metrics import BY_NAME, Metric
 from evidence.model import ControlResult, ControlRow, Mode, StudyRow
 from evidence.policy import Policy
 from evidence.study import Cell, _compare, _pct, _values, _verdict, cells, row_threshold
+from evidence.verdict import fmt_change
 
 # The engine's words for each kind of control it knows (the runner's are only quoted).
 SUMMARY = {"aa": "base against the base code again, resident in its own server in the head's place"}
@@ -124,19 +125,10 @@ def demote(rows: list[StudyRow], controls: Iterable[ControlRow]) -> None:
         r.verdict = "inconclusive"
         why = (
             f"would be {r.demoted_from}, but the null control (base against base) moved "
-            f"{change_text(c)} in this configuration, at least as much: the machine's bias "
+            f"{fmt_change(c)} in this configuration, at least as much: the machine's bias "
             "between the slots can explain the whole change"
         )
         r.note = f"{why}; {r.note}" if r.note else why
-
-
-def change_text(c: ControlRow) -> str:
-    """The control's change and its 95% interval: "+4.1% [+2.0%, +6.2%]"."""
-    if c.delta_pct is None:
-        return "(no figure)"
-    if c.ci_low_pct is None or c.ci_high_pct is None:
-        return f"{c.delta_pct:+.1f}% (no interval)"
-    return f"{c.delta_pct:+.1f}% [{c.ci_low_pct:+.1f}%, {c.ci_high_pct:+.1f}%]"
 
 
 def favoured(c: ControlRow) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from evidence.metrics import BY_NAME, canonical
 from evidence.model import (
     ClaimResult,
@@ -86,8 +88,19 @@ def threshold_text(r: StudyRow) -> str:
     return "the threshold"
 
 
-def fmt_change(r: StudyRow) -> str:
-    """The row's change and its 95% interval."""
+class _Change(Protocol):
+    """A change with its 95% interval: a study row or a null control's row."""
+
+    @property
+    def delta_pct(self) -> float | None: ...
+    @property
+    def ci_low_pct(self) -> float | None: ...
+    @property
+    def ci_high_pct(self) -> float | None: ...
+
+
+def fmt_change(r: _Change) -> str:
+    """The change and its 95% interval: "+4.1% [+2.0%, +6.2%]"."""
     if r.delta_pct is None:
         return "(no figure)"
     if r.ci_low_pct is None or r.ci_high_pct is None:
