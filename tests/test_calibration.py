@@ -23,13 +23,13 @@ import math
 import numpy as np
 import pytest
 
-from evidence.load import LoadedRun, Source
-from evidence.metrics import NAMES
-from evidence.model import Manifest, Mode, Run
+from evidence.load import Source
+from evidence.model import Mode
 from evidence.policy import Policy
 from evidence.study import build_study
 from evidence.synth import schedule
 from evidence.verdict import decide
+from tests.sources import QpsRun, qps_source
 
 N_SINGLE = 1000
 N_MULTI = 400
@@ -41,36 +41,13 @@ Z99 = 2.326
 def _source(
     gpu: str, configs: list[tuple[Mode, int]], rng: np.random.Generator, effect: float
 ) -> Source:
-    runs: list[LoadedRun] = []
+    runs: list[QpsRun] = []
     for mode, conc in configs:
         level = rng.uniform(5, 50)
         for side, rnd in schedule(ROUNDS, "balanced"):
             qps = level * (1 + effect if side == "head" else 1) * np.exp(rng.normal(0, CV))
-            run = Run(
-                id=f"{gpu}-{mode}-{conc}-{side}-{rnd}",
-                side=side,
-                round=rnd,
-                mode=mode,
-                concurrency=conc,
-                requests=128,
-            )  # type: ignore[arg-type]
-            metrics: dict[str, float | None] = dict.fromkeys(NAMES)
-            metrics["throughput_qps"] = float(qps)
-            runs.append(LoadedRun(run=run, order=len(runs), metrics=metrics))
-    manifest = Manifest.model_validate(
-        {
-            "schema": "rsi-bundle/1",
-            "verification_id": "sim",
-            "repo": "o/r",
-            "task": "sim",
-            "base": {"sha": "a"},
-            "head": {"sha": "b"},
-            "gpu": gpu,
-            "runs": [],
-            "complete": True,
-        }
-    )
-    return Source("sim", "per-run", manifest, gpu, runs)
+            runs.append(QpsRun(side, rnd, float(qps), mode=mode, concurrency=conc, requests=128))
+    return qps_source(runs, gpu=gpu)
 
 
 CONFIGS_1: list[tuple[Mode, int]] = [("streaming", 16)]

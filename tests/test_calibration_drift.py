@@ -36,13 +36,12 @@ import numpy as np
 import pytest
 from scipy import stats as sstats
 
-from evidence.load import LoadedRun, Source
-from evidence.metrics import NAMES
-from evidence.model import Manifest, Run
+from evidence.load import Source
 from evidence.policy import Policy
 from evidence.study import build_study
 from evidence.verdict import decide
 from runners import seqstats as s
+from tests.sources import QpsRun, qps_source
 
 MAX_PAIRS = 20  # the sequential plan: at most 20 pairs (40 bursts) a row
 FIXED_PAIRS = 10  # the engine's fixed design
@@ -127,35 +126,11 @@ def alternate(
 
 def _source(base: list[float], head: list[float], second: list[bool]) -> Source:
     """A bundle of the alternate design, its runs in execution order."""
-    runs: list[LoadedRun] = []
+    runs: list[QpsRun] = []
     for i, (b, h, hs) in enumerate(zip(base, head, second, strict=True)):
-        for side, qps in (("base", b), ("head", h)) if hs else (("head", h), ("base", b)):
-            run = Run(
-                id=f"r{i + 1}-{side}-stream-c16",
-                side=side,
-                round=i + 1,
-                mode="streaming",
-                concurrency=16,
-                requests=64,
-            )
-            metrics: dict[str, float | None] = dict.fromkeys(NAMES)
-            metrics["throughput_qps"] = qps
-            runs.append(LoadedRun(run=run, order=len(runs), metrics=metrics))
-    manifest = Manifest.model_validate(
-        {
-            "schema": "rsi-bundle/1",
-            "verification_id": "sim",
-            "repo": "o/r",
-            "task": "sim",
-            "base": {"sha": "a"},
-            "head": {"sha": "b"},
-            "gpu": "H200",
-            "runs": [],
-            "complete": True,
-            "design": {"name": "alternate", "paired": True, "unit": "burst"},
-        }
-    )
-    return Source("sim", "per-run", manifest, "H200", runs)
+        pair = (("base", b), ("head", h)) if hs else (("head", h), ("base", b))
+        runs += [QpsRun(side, i + 1, qps) for side, qps in pair]
+    return qps_source(runs, design={"name": "alternate", "paired": True, "unit": "burst"})
 
 
 def engine(base: list[float], head: list[float], second: list[bool]) -> str:

@@ -10,12 +10,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from evidence.load import LoadedRun, Source
-from evidence.metrics import NAMES
-from evidence.model import Manifest, Run
+from evidence.load import Source
 from evidence.policy import Policy
 from evidence.stats import compare, compare_paired
 from evidence.study import build_study
+from tests.sources import QpsRun, qps_source
 
 
 def _ols(d: np.ndarray, second: np.ndarray) -> tuple[float, float]:
@@ -74,34 +73,7 @@ def test_compare_paired_edges() -> None:
 
 def _source(design: dict[str, Any] | None, runs: list[tuple[str, int, float, str]]) -> Source:
     """runs: (side, round, throughput, status) in execution order."""
-    loaded: list[LoadedRun] = []
-    for side, rnd, qps, status in runs:
-        run = Run(
-            id=f"r{rnd}-{side}-stream-c16",
-            side=side,
-            round=rnd,
-            mode="streaming",
-            concurrency=16,
-            requests=64,
-            status=status,
-        )
-        metrics: dict[str, float | None] = dict.fromkeys(NAMES)
-        metrics["throughput_qps"] = qps if status == "ok" else None
-        loaded.append(LoadedRun(run=run, order=len(loaded), metrics=metrics))
-    doc: dict[str, Any] = {
-        "schema": "rsi-bundle/1",
-        "verification_id": "v",
-        "repo": "o/r",
-        "task": "t",
-        "base": {"sha": "a"},
-        "head": {"sha": "b"},
-        "gpu": "H200",
-        "runs": [],
-        "complete": True,
-    }
-    if design is not None:
-        doc["design"] = design
-    return Source("b", "per-run", Manifest.model_validate(doc), "H200", loaded)
+    return qps_source([QpsRun(*r) for r in runs], design=design)
 
 
 ALTERNATE = {"name": "alternate", "paired": True, "unit": "burst"}
