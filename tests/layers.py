@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 import sys
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,11 +50,141 @@ MACHINE_ALLOWED = frozenset(
 MACHINE_LOCAL = "bot.verification.reasons"
 """The one project module the state machine may use, when it exists."""
 
-GITHUB_CLIENTS = frozenset({"github", "requests"})
-"""Top-level packages that talk to GitHub; within bot/ only bot/github/ may use them."""
+MACHINE_CLOCK = frozenset(
+    {"now", "utcnow", "today", "time", "time_ns", "monotonic", "perf_counter"}
+)
+"""Calls that read a clock: the machine is given the time in its events, never reads it."""
+
+HTTP_CLIENTS = (
+    "github",
+    "requests",
+    "urllib.request",
+    "urllib3",
+    "httpx",
+    "http.client",
+    "aiohttp",
+)
+"""Modules that reach the network; within bot/ only bot/github/ may use them."""
 GITHUB_HOME = "bot.github"
-GITHUB_WRITERS_EXEMPT: set[str] = set()
-"""Dotted module names outside bot/github/ still allowed to use GITHUB_CLIENTS."""
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of docs/architecture.md's table: what `package` may not import, and why."""
+
+    package: str
+    forbidden: tuple[str, ...]
+    why: str
+    exempt: tuple[str, ...] = ()
+
+
+ROWS = (
+    Row(
+        "bot.handlers",
+        ("bot.services", "bot.queue", "bot.db", "bot.web", "bot.cli", "bot.deliveries"),
+        "a handler reaches the App through its context",
+    ),
+    Row(
+        "bot.github",
+        (
+            "bot.verification",
+            "bot.handlers",
+            "bot.web",
+            "bot.services",
+            "bot.queue",
+            "bot.deliveries",
+            "bot.messages",
+            "bot.cli",
+        ),
+        "bot/github/ is GitHub's port and knows nothing above it",
+    ),
+    Row(
+        "bot.messages",
+        (
+            "bot.services",
+            "bot.github",
+            "bot.handlers",
+            "bot.web",
+            "bot.db",
+            "bot.queue",
+            "bot.verification.store",
+            "bot.verification.effects",
+            "bot.verification.steps",
+        ),
+        "bot/messages.py puts things into words and does no I/O",
+    ),
+    Row(
+        "bot.verification.store",
+        (
+            "bot.services",
+            "bot.github",
+            "bot.handlers",
+            "bot.web",
+            "bot.messages",
+            "bot.queue",
+            "bot.verification.effects",
+            "bot.verification.steps",
+        ),
+        "the store holds SQLAlchemy and the models only",
+    ),
+    Row(
+        "bot.verification.effects",
+        ("bot.services", "bot.handlers", "bot.web", "bot.queue", "bot.verification.steps"),
+        "effects are carried out through ports, not the whole of bot.services",
+    ),
+    Row(
+        "bot.verification.steps",
+        ("bot.services", "bot.handlers", "bot.web", "bot.github"),
+        "the queued jobs use the store and the effects",
+    ),
+    Row(
+        "bot.observability",
+        (
+            "bot.services",
+            "bot.github",
+            "bot.handlers",
+            "bot.web",
+            "bot.verification",
+            "bot.db",
+            "bot.queue",
+        ),
+        "everything logs and counts: observability may depend on nothing of the App",
+    ),
+    Row(
+        "bot",
+        ("bot.web",),
+        "nothing below the web layer imports it",
+        exempt=("bot.web", "bot.cli"),
+    ),
+)
+"""docs/architecture.md's "may import" column as rules: every row is enforced."""
+
+_LOCATOR = "the handler context hands out the whole of bot.services: give it narrow ports"
+_CIRCLE = "bot.services wires the queue, whose jobs reach back into bot.services: jobs get ports"
+_METRICS = "the metrics read the database and token cache: give them a protocol of their own"
+
+KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {
+    ("bot.handlers.context", "bot.services"): _LOCATOR,
+    ("bot.handlers.context", "bot.queue"): _LOCATOR,
+    ("bot.handlers.context", "bot.db"): _LOCATOR,
+    ("bot.verification.effects", "bot.services"): _LOCATOR,
+    ("bot.verification.steps", "bot.services"): _LOCATOR,
+    ("bot.observability.metrics", "bot.services"): _METRICS,
+    ("bot.observability.metrics", "bot.db"): _METRICS,
+    ("bot.observability.metrics", "bot.github.client"): _METRICS,
+    ("bot.observability", "bot.observability.metrics"): _METRICS,
+    ("bot.github.client", "bot.observability"): _METRICS,
+    ("bot.github.api", "bot.github.client"): _METRICS,
+    ("bot.queue", "bot.services"): _CIRCLE,
+    ("bot.queue", "bot.verification.steps"): _CIRCLE,
+    ("bot.deliveries", "bot.services"): _CIRCLE,
+    ("bot.deliveries", "bot.handlers"): _CIRCLE,
+    ("bot.deliveries", "bot.github.api"): _CIRCLE,
+    ("bot.deliveries", "bot.github.deliveries"): _CIRCLE,
+}
+"""(module, import) pairs that break a rule today, each with what removes it: the debt
+the next change pays. A pair listed here that no longer occurs is reported too, so the
+list only ever shrinks to what is true."""
 
 CYCLE_IGNORED = "bot.migrations"
 """Alembic loads migrations by path; they are not part of the import graph."""
@@ -73,6 +203,8 @@ class Import:
     """A project module when one matches, else the name as written (`os.path`, `typing`)."""
     type_checking: bool
     """True when the import sits under `if TYPE_CHECKING:` and so never runs."""
+    full: str = ""
+    """The name as written, with the imported name for `from m import n` (`m.n`)."""
 
     @property
     def top(self) -> str:
@@ -153,7 +285,7 @@ def imports_of(module: str, path: Path, rel: str, known: set[str]) -> list[Impor
         if isinstance(node, ast.Import):
             for alias in node.names:
                 target = _longest_known(alias.name, known)
-                found.append(Import(module, rel, node.lineno, target, type_checking))
+                found.append(Import(module, rel, node.lineno, target, type_checking, alias.name))
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
@@ -167,7 +299,7 @@ def imports_of(module: str, path: Path, rel: str, known: set[str]) -> list[Impor
             for alias in node.names:
                 full = f"{base}.{alias.name}"
                 target = full if full in known else _longest_known(base, known)
-                found.append(Import(module, rel, node.lineno, target, type_checking))
+                found.append(Import(module, rel, node.lineno, target, type_checking, full))
     return found
 
 
@@ -180,20 +312,45 @@ def _feature(name: str) -> str:
     return ".".join(name.split(".")[:3])
 
 
-def layer_violations(imports: Iterable[Import], known: set[str]) -> list[str]:
-    """Rules 1-4 and 6: which layer may depend on which, one message per import line."""
-    out: list[str] = []
+Found = tuple[str, tuple[str, str]]
+"""A violation's message, and its (module, import) key for KNOWN_EXCEPTIONS."""
+
+
+def _http(imp: Import) -> str | None:
+    for name in (imp.full, imp.target):
+        for client in HTTP_CLIENTS:
+            if _within(name, client):
+                return client
+    return None
+
+
+def _row_breaks(imp: Import) -> Iterator[str]:
+    for row in ROWS:
+        if not _within(imp.module, row.package) or any(_within(imp.module, e) for e in row.exempt):
+            continue
+        if any(_within(imp.target, f) for f in row.forbidden):
+            yield f"{row.package} must not import {imp.target}: {row.why}"
+
+
+def layer_violations(imports: Iterable[Import], known: set[str]) -> list[Found]:
+    """Every rule but the cycle rule, one message per import line."""
+    out: list[Found] = []
     for imp in imports:
         mod, target = imp.module, imp.target
+        key = (mod, target)
         if _within(mod, "evidence") and imp.top in EVIDENCE_FORBIDDEN:
-            out.append(f"{imp.where()}: evidence must not import bot, flask or github ({target})")
+            out.append(
+                (f"{imp.where()}: evidence must not import bot, flask or github ({target})", key)
+            )
         if (
             _within(mod, "runners")
             and not _within(mod, RUNNERS_EXEMPT)
             and imp.top != "runners"
             and imp.top not in sys.stdlib_module_names
         ):
-            out.append(f"{imp.where()}: runners may import only the stdlib and runners ({target})")
+            out.append(
+                (f"{imp.where()}: runners may import only the stdlib and runners ({target})", key)
+            )
         if (
             _within(mod, "bot.handlers")
             and mod not in HANDLER_SHARED
@@ -201,28 +358,57 @@ def layer_violations(imports: Iterable[Import], known: set[str]) -> list[str]:
             and target not in HANDLER_SHARED
             and _feature(target) != _feature(mod)
         ):
-            out.append(f"{imp.where()}: handlers must not import each other ({target})")
-        if (
-            mod == MACHINE
-            and target not in MACHINE_ALLOWED
-            and not (target == MACHINE_LOCAL and MACHINE_LOCAL in known)
-        ):
-            out.append(f"{imp.where()}: the verification machine must not do I/O ({target})")
+            out.append((f"{imp.where()}: handlers must not import each other ({target})", key))
         if (
             _within(mod, "bot")
-            and imp.top in GITHUB_CLIENTS
-            and not _within(mod, GITHUB_HOME)
-            and mod not in GITHUB_WRITERS_EXEMPT
+            and not _within(mod, "bot.handlers")
+            and _within(target, "bot.handlers")
+            and target not in HANDLER_SHARED
         ):
             out.append(
-                f"{imp.where()}: only bot/github/ may import {' or '.join(sorted(GITHUB_CLIENTS))}"
-                f" ({target})"
+                (f"{imp.where()}: only the handlers' registry reaches a handler ({target})", key)
             )
+        if (
+            mod in (MACHINE, MACHINE_LOCAL)
+            and target not in MACHINE_ALLOWED
+            and not (target in (MACHINE, MACHINE_LOCAL) and target in known)
+        ):
+            out.append((f"{imp.where()}: the verification machine must not do I/O ({target})", key))
+        client = _http(imp)
+        if _within(mod, "bot") and client and not _within(mod, GITHUB_HOME):
+            out.append(
+                (
+                    f"{imp.where()}: only bot/github/ may use an HTTP client"
+                    f" ({imp.full or target})",
+                    key,
+                )
+            )
+        out += [(f"{imp.where()}: {why}", key) for why in _row_breaks(imp)]
     return list(dict.fromkeys(out))  # `from m import a, b` is one import, one message
 
 
-def cycle_violations(imports: Iterable[Import], known: set[str]) -> list[str]:
-    """Rule 5: report every import cycle among bot/ modules, each once.
+def clock_violations(module: str, rel: str, tree: ast.AST) -> list[Found]:
+    """The machine and its reasons never read a clock: `now()`, `time.monotonic()`…"""
+    if module not in (MACHINE, MACHINE_LOCAL):
+        return []
+    out: list[Found] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+        if name in MACHINE_CLOCK:
+            message = (
+                f"{rel}:{node.lineno}: the verification machine must not read a clock ({name})"
+            )
+            out.append((message, (module, f"{name}()")))
+    return out
+
+
+def cycle_violations(imports: Iterable[Import], known: set[str]) -> list[Found]:
+    """Every import cycle among bot/ modules, each once. Imports under `if
+    TYPE_CHECKING:` count: a type-only cycle is still two modules that cannot be
+    understood, changed or tested apart.
 
     For each edge on a cycle the shortest cycle through it is reported, so every import
     that would have to go to break the cycles appears in at least one message while the
@@ -234,7 +420,7 @@ def cycle_violations(imports: Iterable[Import], known: set[str]) -> list[str]:
 
     edges: dict[str, dict[str, Import]] = {}
     for imp in imports:
-        if imp.type_checking or not (in_graph(imp.module) and in_graph(imp.target)):
+        if not (in_graph(imp.module) and in_graph(imp.target)):
             continue
         edges.setdefault(imp.module, {}).setdefault(imp.target, imp)
 
@@ -269,29 +455,43 @@ def cycle_violations(imports: Iterable[Import], known: set[str]) -> list[str]:
     for cycle in sorted(cycles):
         imp = edges[cycle[0]][cycle[1 % len(cycle)]]
         chain = " -> ".join([*cycle, cycle[0]])
-        out.append(f"{imp.where()}: import cycle {chain}")
+        out.append((f"{imp.where()}: import cycle {chain}", (imp.module, imp.target)))
     return out
 
 
-def violations(root: Path) -> list[str]:
-    """Every layer and cycle violation under `root`, as `path:line: message (target)`."""
+def violations(root: Path, listed: Mapping[tuple[str, str], str] | None = None) -> list[str]:
+    """Every violation under `root`, as `path:line: message (target)`, less those `listed`
+    (this repository's: KNOWN_EXCEPTIONS), plus each listed one that no longer occurs."""
+    listed = listed or {}
     files = source_files(root)
     known = set(files)
     imports: list[Import] = []
     problems: list[str] = []
+    found: list[Found] = []
     for module, path in files.items():
+        rel = path.relative_to(root).as_posix()
         try:
-            imports += imports_of(module, path, path.relative_to(root).as_posix(), known)
+            imports += imports_of(module, path, rel, known)
         except LayerError as exc:
             problems.append(str(exc))
-    return problems + layer_violations(imports, known) + cycle_violations(imports, known)
+            continue
+        if module in (MACHINE, MACHINE_LOCAL):
+            found += clock_violations(module, rel, ast.parse(path.read_text(encoding="utf-8")))
+    found += layer_violations(imports, known) + cycle_violations(imports, known)
+    seen = {key for _, key in found}
+    stale = [
+        f"tests/layers.py: KNOWN_EXCEPTIONS lists {m} importing {t}, which it no longer does"
+        for m, t in listed
+        if (m, t) not in seen
+    ]
+    return problems + [message for message, key in found if key not in listed] + stale
 
 
 def main(argv: list[str] | None = None) -> int:
     """Print one line per violation and return 1, or print "layers: ok" and return 0."""
     args = sys.argv[1:] if argv is None else argv
     root = Path(args[0]) if args else Path(__file__).resolve().parent.parent
-    found = violations(root)
+    found = violations(root, {} if args else KNOWN_EXCEPTIONS)
     for line in found:
         print(line)
     if found:
