@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Protocol
 
 from flask import Blueprint, Flask, Response, abort, current_app, request
 from prometheus_client import CollectorRegistry, Counter, ProcessCollector
@@ -21,9 +22,30 @@ from prometheus_client.registry import Collector
 from bot.observability.logs import bind_delivery
 
 if TYPE_CHECKING:
-    from bot.db import Database
-    from bot.github.client import GitHubApp
-    from bot.services import Services
+    from sqlalchemy.orm import Session
+
+
+class Sessions(Protocol):
+    """The database, as the gauges need it: a transaction to read in."""
+
+    def session(self) -> AbstractContextManager[Session]: ...
+
+
+class RateLimits(Protocol):
+    """GitHub's client, as the gauges need it: the rate limits its responses reported."""
+
+    def rate_limits(self) -> dict[str, tuple[int, int, int]]: ...
+
+
+class Runtime(Protocol):
+    """What the metrics read of the App's runtime (`bot.services.Services` is one);
+    observability is imported by everything, so it names nothing of the App."""
+
+    @property
+    def db(self) -> Sessions: ...
+    @property
+    def github_app(self) -> RateLimits: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +141,7 @@ class VerificationStates(Collector):
     """`rsi_verifications{state}` from the database on each scrape (every known state,
     zeros included, so a state that empties reads 0 rather than vanishing)."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Sessions) -> None:
         self.db = db
 
     def describe(self) -> Iterable[Metric]:
@@ -157,7 +179,7 @@ class GitHubRateLimit(Collector):
     installation id), as the latest response's `X-RateLimit-*` headers said — PyGithub
     keeps them on each requester, so a scrape costs no API call."""
 
-    def __init__(self, github: GitHubApp) -> None:
+    def __init__(self, github: RateLimits) -> None:
         self.github = github
 
     def describe(self) -> Iterable[Metric]:
@@ -193,7 +215,7 @@ class GitHubRateLimit(Collector):
         return [remaining, limit, reset]
 
 
-def metrics_registry(rt: Services, *, process: bool = True) -> CollectorRegistry:
+def metrics_registry(rt: Runtime, *, process: bool = True) -> CollectorRegistry:
     """A dedicated registry (not prometheus_client's global one) with the process's
     counters and this runtime's database and GitHub gauges."""
     registry = CollectorRegistry(auto_describe=True)
@@ -233,14 +255,14 @@ def _metrics_listener() -> bool:
     return bool(port) and request.environ.get("SERVER_PORT") == str(port)
 
 
-def init_app(app: Flask, rt: Services) -> None:
+def init_app(app: Flask, rt: Runtime) -> None:
     """`/metrics` (on the metrics listener only, `_metrics_listener`) and the per-request
     delivery binding for the App's Flask app."""
     app.extensions["rsi_metrics"] = metrics_registry(rt)
     app.register_blueprint(bp)
 
 
-def serve_metrics(rt: Services, port: int, host: str = "127.0.0.1") -> Callable[[], None]:
+def serve_metrics(rt: Runtime, port: int, host: str = "127.0.0.1") -> Callable[[], None]:
     """Serve `/metrics` on its own port (the queue worker has no web server); returns a
     function that stops it."""
     from prometheus_client import start_http_server
