@@ -4,9 +4,9 @@ Run by the runner as root with `python -I -S` and an environment of PATH alone, 
 nothing from a worktree or a task's variables (no `LD_PRELOAD`, no `PYTHONPATH`) acts
 while this process is root: argv is `CGROUP_PROCS UID GID ENV_FILE -- COMMAND...`, and
 the candidate's environment comes from ENV_FILE (JSON, root-only, removed once read)
-and applies only to the command, after the switch. With `--own-net` before `--` the
-command gets a network namespace of its own, with only a loopback device (a resident
-server: no other candidate can reach it, runners/netns.py). The process
+and applies only to the command, after the switch. With `--net PATH` before `--` the
+command joins the network namespace at PATH, which the runner made for it with only a
+loopback device (runners/netns.py: no network beyond it, no other candidate). The process
 writes its own pid into the run's cgroup before it becomes the candidate, so every
 process the command ever starts (double-forked, `setsid`, anything) is in that cgroup
 and dies with it. `no_new_privs` stops a setuid binary from taking the privileges back.
@@ -21,25 +21,23 @@ PR_SET_NO_NEW_PRIVS = 38
 CLONE_NEWNET = 0x40000000
 
 
-def own_loopback(libc: ctypes.CDLL) -> None:
-    """A new network namespace for this process, its loopback up (as runners/netns.py)."""
-    import fcntl
-    import socket
-    import struct
-
-    if libc.unshare(CLONE_NEWNET) != 0:
-        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET) failed")
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        fcntl.ioctl(s, 0x8914, struct.pack("16sH14s", b"lo", 0x1 | 0x8 | 0x40, b"\0" * 14))
+def join_net(libc: ctypes.CDLL, path: str) -> None:
+    """Move this process into the network namespace at `path` (as runners/netns.py)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if libc.setns(fd, CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), f"setns({path}) failed")
+    finally:
+        os.close(fd)
 
 
 def main(argv: list[str]) -> int:
-    own_net = len(argv) > 4 and argv[4] == "--own-net"
-    if own_net:
-        argv = argv[:4] + argv[5:]
+    net = argv[5] if len(argv) > 5 and argv[4] == "--net" else None
+    if net is not None:
+        argv = argv[:4] + argv[6:]
     if len(argv) < 6 or argv[4] != "--":
         print(
-            "usage: _enter.py CGROUP_PROCS UID GID ENV_FILE [--own-net] -- COMMAND...",
+            "usage: _enter.py CGROUP_PROCS UID GID ENV_FILE [--net PATH] -- COMMAND...",
             file=sys.stderr,
         )
         return 127
@@ -51,8 +49,8 @@ def main(argv: list[str]) -> int:
         with open(procs, "w", encoding="ascii") as f:
             f.write(str(os.getpid()))
         libc = ctypes.CDLL(None, use_errno=True)
-        if own_net:
-            own_loopback(libc)
+        if net is not None:
+            join_net(libc, net)
         os.setgroups([])
         os.setgid(gid)
         os.setuid(uid)

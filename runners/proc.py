@@ -18,24 +18,73 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-# Names of variables never handed to the code under test (defence in depth: the
+# Names of variables never handed to a process the runner starts (defence in depth: the
 # workflow already keeps secrets out of the job that runs candidate code).
 _SECRET = re.compile(
-    r"(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|PRIVATE_KEY|API_KEY|ACCESS_KEY|_PAT$)", re.I
+    r"(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|PRIVATE_KEY|API_KEY|ACCESS_KEY|_PAT$|_KEY$"
+    r"|_AUTH$|_AUTH_|DSN|JITCONFIG|DATABASE_URL|GIT_CONFIG_PARAMETERS)",
+    re.I,
 )
 _SECRET_PREFIXES = ("ACTIONS_ID_TOKEN", "ACTIONS_RUNTIME", "ACTIONS_RESULTS", "AWS_")
 
+# What candidate code may inherit from the runner's environment: an allowlist (a denylist
+# let DATABASE_URL, SSH_AUTH_SOCK, GIT_CONFIG_PARAMETERS and `*_KEY` through). The runner
+# adds the candidate's own HOME, TMPDIR and caches, its worktree on PYTHONPATH, the GPU
+# order and the task's variables; a task may name more (`[candidate] inherit`).
+CANDIDATE_NAMES = frozenset(
+    {
+        "PATH",
+        "HOME",  # isolated, the sandbox gives each side its own
+        "LANG",
+        "LANGUAGE",
+        "TZ",
+        "TERM",
+        "PYTHONPATH",  # an image's (a codec checkout); the worktree is put first
+        "LD_LIBRARY_PATH",  # an image's CUDA libraries (applied after the user switch)
+        "HF_HOME",  # the read-only weights and data-set cache
+        "HF_HUB_CACHE",
+        "HF_DATASETS_CACHE",
+        "HF_HUB_OFFLINE",
+        "HF_DATASETS_OFFLINE",
+        "TRANSFORMERS_OFFLINE",
+    }
+)
+# GPU libraries' settings, the locale, and the dry stand-in's knobs (runners/dry).
+CANDIDATE_PREFIXES = ("LC_", "CUDA_", "NCCL_", "NVIDIA_", "RSI_DRY_")
+
+
+def secret_like(name: str) -> bool:
+    """Whether a variable's name looks like a credential's."""
+    return bool(_SECRET.search(name)) or name.upper().startswith(_SECRET_PREFIXES)
+
 
 def scrub_env(env: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
-    """The environment without credentials, and the names that were dropped."""
+    """The environment without credentials, and the names that were dropped (for the
+    runner's own trusted processes: the benchmark client)."""
     kept: dict[str, str] = {}
     dropped: list[str] = []
     for k, v in env.items():
-        if _SECRET.search(k) or k.startswith(_SECRET_PREFIXES):
+        if secret_like(k):
             dropped.append(k)
         else:
             kept[k] = v
     return kept, sorted(dropped)
+
+
+def candidate_may_inherit(name: str, extra: frozenset[str] = frozenset()) -> bool:
+    """Whether candidate code may see the runner's variable `name` (never one whose name
+    looks like a credential, even under an allowed prefix: NVIDIA_API_KEY)."""
+    allowed = name in CANDIDATE_NAMES or name in extra or name.startswith(CANDIDATE_PREFIXES)
+    return allowed and not secret_like(name)
+
+
+def candidate_env(
+    env: Mapping[str, str], extra: tuple[str, ...] = ()
+) -> tuple[dict[str, str], list[str]]:
+    """The allowlisted part of `env` for candidate code, and the names withheld."""
+    names = frozenset(extra)
+    kept = {k: v for k, v in env.items() if candidate_may_inherit(k, names)}
+    return kept, sorted(k for k in env if k not in kept)
 
 
 @dataclass

@@ -180,7 +180,7 @@ class Alternation:
         self.control = v.o.control == "aa"
         self.active: str | None = None  # the slot that served the last burst
         # Resident side by side, a head that could reach the base's port would queue work
-        # there while the base is frozen: each isolated server gets a network of its own.
+        # there while the base is frozen: each isolated server has a network of its own.
         self.own_net = v.sandbox.isolated
         # Which side's server starts (and is resident) first: from the verification id,
         # so across verifications each side goes first about half the time. The order is
@@ -224,8 +224,7 @@ class Alternation:
         t = time.monotonic()
         if self.held_since is None:
             self.held_since = t
-        own_net = self.own_net
-        cmd, cmd_env = v.sandbox.command(side, group, argv, env, own_net=own_net)
+        cmd, cmd_env = v.sandbox.command(side, group, argv, env)
         from runners.verify import RunFailure
 
         try:
@@ -252,11 +251,11 @@ class Alternation:
                 "log": v.bundle.rel(log),
                 "started_at": iso(),
                 "memory_fraction": MEMORY_FRACTION,
-                "network": "its own namespace, loopback only" if own_net else "the host's",
+                "network": v.sandbox.describe_net(group),
             },
         )
-        if own_net:  # the starter execs the server: its pid holds the namespace
-            res.net = f"/proc/{server.pid}/ns/net"
+        if group is not None and group.net is not None:  # the runner holds it open
+            res.net = group.net.path
         self.servers[slot] = res
         self.records.setdefault(slot, []).append(res.record)
         try:

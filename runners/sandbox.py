@@ -10,7 +10,9 @@ a survivor fails the run (`process-survived`). Each side's worktree, home and ca
 belong to its user alone (0700); the bundle, the logs and the client's output belong to
 the runner. What the user left in the shared folders (/tmp, /var/tmp, /dev/shm, /run/lock,
 at any depth) and its System V shared memory, queues and semaphores are removed after
-each command: they outlive its processes.
+each command: they outlive its processes. Each command also runs in a network namespace
+of its own, loopback only (runners/netns.py), with an allowlisted environment
+(runners/proc.py): no secret of the runner's, no network but the hosts its task names.
 
 `--isolation none` runs candidates as the runner's own user, as before; the manifest says
 so and the evidence carries an error. Nothing else falls back silently: a machine that
@@ -34,6 +36,8 @@ from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from runners import netns
 
 MODES = ("cgroup", "none")
 DEFAULT_USERS = {"base": "rsi-base", "head": "rsi-head"}
@@ -117,8 +121,9 @@ def processes_of(uid: int) -> Iterator[tuple[int, str]]:
 class Group:
     """One cgroup: the processes of one candidate command (a prepare step or a run)."""
 
-    def __init__(self, path: Path, create: bool = True) -> None:
+    def __init__(self, path: Path, create: bool = True, net: netns.Namespace | None = None) -> None:
         self.path = path
+        self.net = net  # the command's network namespace, when it has one
         if create:
             path.mkdir()
 
@@ -152,6 +157,8 @@ class Group:
             time.sleep(0.05)
         with suppress(OSError):
             self.path.rmdir()
+        if self.net is not None:
+            self.net.close()
 
 
 def clean_shared(uid: int, dirs: tuple[Path, ...] = SHARED_DIRS) -> None:
@@ -232,6 +239,12 @@ class Sandbox:
         self.parent = parent
         self.work = work
         self._n = 0
+        self.hosts: tuple[str, ...] = ()  # what the task's candidates may reach (a proxy)
+        self.proxies: list[netns.Proxy] = []
+        self._nets: list[netns.Namespace] = []
+        self.net_unavailable: str | None = None  # why commands have the host's network
+        if self.isolated:
+            self.net_unavailable = netns.unavailable()
 
     @classmethod
     def open(cls, mode: str, work: Path, users: Mapping[str, str] | None = None) -> Sandbox:
@@ -294,7 +307,22 @@ class Sandbox:
             "users": {s: a.name for s, a in self.accounts.items()},
             "runner_uid": os.geteuid(),
             "cgroup": str(self.parent) if self.parent else None,
+            "network": self.network(),
         }
+
+    def network(self) -> dict[str, Any]:
+        """What network candidate commands had (`isolation.network`): each its own
+        namespace, loopback only, plus the task's hosts through a proxy; or the host's,
+        and why."""
+        if not self.isolated or self.net_unavailable is not None:
+            why = self.net_unavailable or "--isolation none"
+            return {"mode": "host", "reason": why, "hosts": list(self.hosts)}
+        out: dict[str, Any] = {"mode": "namespace", "hosts": list(self.hosts)}
+        if self.hosts:
+            log = [r for p in self.proxies for r in p.log][: netns.Proxy.MAX_LOG]
+            out["requests"] = log
+            out["refused"] = sum(p.refused for p in self.proxies)
+        return out
 
     # ------------------------------------------------------------------ files
 
@@ -347,11 +375,42 @@ class Sandbox:
     # ------------------------------------------------------------------ processes
 
     def group(self, label: str) -> Group | None:
-        """A new cgroup for one candidate command (None without isolation)."""
+        """A new cgroup for one candidate command (None without isolation), with a network
+        namespace of its own (and a proxy to the task's hosts) where the machine can."""
         if self.parent is None:
             return None
         self._n += 1
-        return Group(self.parent / f"{self._n:04d}-{label}"[:60])
+        net = self._namespace(label) if self.net_unavailable is None else None
+        try:
+            return Group(self.parent / f"{self._n:04d}-{label}"[:60], net=net)
+        except BaseException:
+            if net is not None:
+                net.close()
+            raise
+
+    @staticmethod
+    def describe_net(group: Group | None) -> str:
+        """One command's network, for its record."""
+        if group is None or group.net is None:
+            return "the host's"
+        proxy = group.net.proxy
+        if proxy is None:
+            return "its own namespace, loopback only"
+        return "its own namespace, loopback only; through a proxy: " + ", ".join(
+            sorted(proxy.allowed)
+        )
+
+    def _namespace(self, label: str) -> netns.Namespace:
+        ns = netns.Namespace()
+        self._nets.append(ns)
+        if self.hosts:
+            try:
+                ns.proxy = netns.Proxy(ns, self.hosts, label)
+            except BaseException:
+                ns.close()
+                raise
+            self.proxies.append(ns.proxy)
+        return ns
 
     def command(
         self,
@@ -359,14 +418,16 @@ class Sandbox:
         group: Group | None,
         argv: list[str],
         env: Mapping[str, str],
-        own_net: bool = False,
     ) -> tuple[list[str], dict[str, str]]:
-        """`argv` as the side's user, inside `group`, with `env`: the command line and
-        environment to start. While the starter is root its environment is PATH alone;
-        `env` reaches the command through a root-only file (no `LD_PRELOAD` as root).
-        `own_net`: in a network namespace of its own, loopback only (runners/netns.py)."""
+        """`argv` as the side's user, inside `group` and its network namespace, with `env`:
+        the command line and environment to start. While the starter is root its
+        environment is PATH alone; `env` reaches the command through a root-only file (no
+        `LD_PRELOAD` as root)."""
         if not self.isolated or group is None:
             return argv, dict(env)
+        net = group.net
+        if net is not None:
+            env = {**env, **net.env()}
         a = self.accounts[side]
         self._n += 1
         folder = self.work / "env"
@@ -384,7 +445,7 @@ class Sandbox:
             str(a.uid),
             str(a.gid),
             str(env_file),
-            *(["--own-net"] if own_net else []),
+            *(["--net", net.path] if net is not None else []),
             "--",
             *argv,
         ]
@@ -420,5 +481,7 @@ class Sandbox:
                     Group(child, create=False).kill()
         for side in self.accounts:
             self.end(side, None)
+        for ns in self._nets:
+            ns.close()
         with suppress(OSError):
             self.parent.rmdir()

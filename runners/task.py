@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from runners import _toml
+from runners import _toml, netns, proc
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 RUNNER_ROOT = Path(__file__).resolve().parent.parent
@@ -198,6 +198,16 @@ class Accuracy:
 
 
 @dataclass(frozen=True)
+class Candidate:
+    """What candidate code may reach beyond its own loopback and allowlisted environment:
+    `hosts` (`host:port`, through a proxy the runner runs) and `inherit` (more of the
+    runner's variables by name; never one that looks like a credential)."""
+
+    hosts: tuple[str, ...] = ()
+    inherit: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Policy:
     on_failure: str = "continue"
     run_timeout_s: float = 3600.0
@@ -217,6 +227,7 @@ class Task:
     prepare_timeout_s: float = 3600.0
     accuracy: Accuracy | None = None
     policy: Policy = field(default_factory=Policy)
+    candidate: Candidate = field(default_factory=Candidate)
     primary_metric: str = "throughput_qps"
     report_metrics: tuple[str, ...] = ()
     guards: dict[str, float] = field(default_factory=dict)
@@ -264,6 +275,10 @@ class Task:
             },
             "metrics": {"primary": self.primary_metric, "report": list(self.report_metrics)},
             "guards": dict(self.guards),
+            "candidate": {
+                "hosts": list(self.candidate.hosts),
+                "inherit": list(self.candidate.inherit),
+            },
         }
 
 
@@ -392,6 +407,7 @@ def parse(doc: Mapping[str, Any], where: str = "task") -> Task:
             "policy",
             "metrics",
             "guards",
+            "candidate",
         }
     )
     name = top.str_("name", required=True)
@@ -557,6 +573,7 @@ def parse(doc: Mapping[str, Any], where: str = "task") -> Task:
             guards[k] = float(v)
 
     return Task(
+        candidate=_candidate(top),
         name=name,
         model=model,
         server=server,
@@ -571,6 +588,25 @@ def parse(doc: Mapping[str, Any], where: str = "task") -> Task:
         report_metrics=report,
         guards=guards,
     )
+
+
+def _candidate(top: _Doc) -> Candidate:
+    """`[candidate]`: hosts the candidates may reach, variables they may inherit."""
+    c = top.sub("candidate")
+    if c is None:
+        return Candidate()
+    c.allow({"hosts", "inherit"})
+    hosts = c.strs("hosts")
+    for i, h in enumerate(hosts):
+        if not netns.valid_host(h):
+            raise c.err(f"hosts[{i}]", "must be host:port (a name or address, port 1-65535)")
+    inherit = c.strs("inherit")
+    for i, name in enumerate(inherit):
+        if not name.isidentifier():
+            raise c.err(f"inherit[{i}]", "must be a variable name")
+        if proc.secret_like(name):
+            raise c.err(f"inherit[{i}]", f"names a credential-like variable ({name}): never")
+    return Candidate(hosts=hosts, inherit=inherit)
 
 
 def _variants(srv: _Doc) -> tuple[Variant, ...]:

@@ -256,7 +256,12 @@ class Verifier:
         self.bench_tree: Path | None = None
         self.placement: placement.Placement | None = None
         self.sandbox = sandbox.Sandbox("none", {}, None, Path("."))
-        self.env_base, self.scrubbed = proc.scrub_env(os.environ)
+        # the trusted client's: the runner's less its credentials; candidate code's: only
+        # what the allowlist names (runners/proc.py), and the task's own variables
+        self.env_base, _ = proc.scrub_env(os.environ)
+        self.env_candidate, self.withheld = proc.candidate_env(
+            os.environ, self.task.candidate.inherit
+        )
         self._pending: int | None = None
         self._raised = False
         self._shield = False
@@ -351,7 +356,8 @@ class Verifier:
                 "rsi_runner": __version__,
                 "commit": _runner_commit(),
                 "python": sys.version.split()[0],
-                "env_withheld": self.scrubbed,
+                "env_withheld": self.withheld,
+                "env_inherited": sorted(self.env_candidate),
                 "cuda_device_order": devices.ORDER,
             },
             "environment": {},
@@ -412,20 +418,23 @@ class Verifier:
         return v
 
     def env(self, side: str, values: dict[str, object]) -> dict[str, str]:
-        """The candidate's environment: its worktree first on the path, its own home."""
-        return self.sandbox.env(side, self._env(self.worktrees[side], values))
+        """The candidate's environment: the allowlisted variables, its worktree first on
+        the path, its own home, the task's variables."""
+        tree = self.worktrees[side]
+        return self.sandbox.env(side, self._env(tree, values, self.env_candidate))
 
     def client_env(self, values: dict[str, object]) -> dict[str, str]:
         """The client's: the trusted tree first on the path, the runner's own user."""
         assert self.bench_tree is not None
         # the task's variables rendered for the trusted tree: `{worktree}` in them must
         # not put the head's files on the root client's paths
-        env = self._env(self.bench_tree, dict(values, worktree=str(self.bench_tree)))
+        vals = dict(values, worktree=str(self.bench_tree))
+        env = self._env(self.bench_tree, vals, self.env_base)
         env["PYTHONNOUSERSITE"] = "1"
         return env
 
-    def _env(self, tree: Path, values: dict[str, object]) -> dict[str, str]:
-        env = dict(self.env_base)
+    def _env(self, tree: Path, values: dict[str, object], base: dict[str, str]) -> dict[str, str]:
+        env = dict(base)
         env["PYTHONUNBUFFERED"] = "1"
         # CUDA then numbers GPUs as NVML and nvidia-smi do, so an index in
         # CUDA_VISIBLE_DEVICES names the GPU the runner samples (runners/devices.py).
@@ -498,6 +507,8 @@ class Verifier:
                     adaptive=self.rounds.manifest(cut_short=not complete),
                     gpu_minutes=self.minutes(self.bundle.runs),
                 )
+                if self.sandbox.isolated:  # with what the proxy to the task's hosts saw
+                    self.bundle.update(isolation=self.sandbox.describe())
                 path = self.bundle.finalize(complete)
                 self._cleanup(co)
         n = {
@@ -571,7 +582,9 @@ class Verifier:
         except sandbox.SandboxError as exc:
             self.bundle.update(isolation={"mode": self.o.isolation, "error": str(exc)})
             raise _Abort(str(exc)) from exc
+        self.sandbox.hosts = self.task.candidate.hosts
         self.bundle.update(isolation=self.sandbox.describe())
+        self._network_warnings()
         if not self.sandbox.isolated:
             self.warnings.append(
                 "candidate code ran as the runner's own user, without isolation "
@@ -591,12 +604,30 @@ class Verifier:
         for side in self.sandbox.accounts:
             self._can_run_python(side)
 
+    def _network_warnings(self) -> None:
+        """Candidates with the host's network: refused for a task that names hosts (it
+        would get every host), else said."""
+        why = self.sandbox.network().get("reason")
+        if why is None or not self.sandbox.isolated:
+            return
+        hosts = self.task.candidate.hosts
+        if hosts:
+            raise _Abort(
+                f"the task names the hosts its candidates may reach ({', '.join(hosts)}), "
+                f"but this machine cannot give them a network namespace ({why}): they would "
+                "reach every host. Run the runner with CAP_SYS_ADMIN (a privileged container)"
+            )
+        self.warnings.append(
+            f"candidate code had the machine's network ({why}): it could reach the "
+            "internet, the LAN and the other side's server"
+        )
+
     def _can_run_python(self, side: str) -> None:
         """The side's user must be able to start `{python}` (often under /root)."""
         argv = [self.o.python, "-c", "import json, sys"]
         with self._candidate(side, f"check-{side}") as group:
             cmd, env = self.sandbox.command(
-                side, group, argv, self.sandbox.env(side, self.env_base)
+                side, group, argv, self.sandbox.env(side, self.env_candidate)
             )
             try:
                 r = subprocess.run(
@@ -947,6 +978,8 @@ class Verifier:
             info.update({"port": port, "health": health, "command": argv})
             monitor = Monitor(self.backend, self.o.sample_interval_s)
             group = self.sandbox.group(p.id)
+            net = group.net.path if group is not None and group.net is not None else None
+            info["network"] = self.sandbox.describe_net(group)
             try:
                 cmd, cmd_env = self.sandbox.command(side, group, argv, env)
                 server = proc.Process(
@@ -960,12 +993,12 @@ class Verifier:
                 raise RunFailure("start-failed", f"the server could not be started: {exc}") from exc
             placement.pin(server.pid, self.placement.server if self.placement else None)
             monitor.start()
-            info["startup_s"] = round(self._wait_healthy(server, health, run_deadline), 4)
+            info["startup_s"] = round(self._wait_healthy(server, health, run_deadline, net), 4)
 
             if p.warmup_requests > 0:
                 stage = "warm-up"
                 info["warmup"] = self._warm_up(
-                    p, vals, scratch, cenv, client_log, server, run_deadline
+                    p, vals, scratch, cenv, client_log, server, run_deadline, net
                 )
 
             stage = "benchmark"
@@ -980,6 +1013,7 @@ class Verifier:
                 server,
                 self.task.benchmark.timeout_s,
                 run_deadline,
+                net,
             )
             rec["started_at"] = iso(fin.started)
             rec["ended_at"] = iso(fin.ended)
@@ -1011,7 +1045,7 @@ class Verifier:
             acc = self.task.accuracy
             if p.accuracy and acc is not None and not acc.after_server_stop:
                 stage = "accuracy"
-                self._accuracy(rec, rdir, bvals, cenv, client_log, server, run_deadline)
+                self._accuracy(rec, rdir, bvals, cenv, client_log, server, run_deadline, net)
             stage = "stop"
             rc = server.poll()
             if rc is not None:
@@ -1103,9 +1137,11 @@ class Verifier:
         log: Path,
         server: proc.Process | None,
         run_deadline: float,
+        net: str | None = None,
     ) -> None:
         """The task's accuracy command, in the measured run's {out} (it may read the
-        audio the benchmark saved there); its output becomes the run's wer_results.json."""
+        audio the benchmark saved there), in the server's network namespace while it runs;
+        its output becomes the run's wer_results.json."""
         acc = self.task.accuracy
         assert acc is not None
         self._client(
@@ -1117,6 +1153,7 @@ class Verifier:
             server,
             acc.timeout_s or self.task.benchmark.timeout_s,
             run_deadline,
+            net,
         )
         src = self._output(acc.output, vals)
         if src is None:

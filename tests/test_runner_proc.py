@@ -73,3 +73,47 @@ def test_run_times_out_and_reports_it(tmp_path: Path) -> None:
     ok = proc.run([sys.executable, "-c", "print('hi')"], tmp_path, os.environ, tmp_path / "m", 30)
     assert (ok.returncode, ok.timed_out) == (0, False)
     assert (tmp_path / "m").read_text() == "hi\n"
+
+
+def test_candidates_inherit_an_allowlist_not_a_denylist() -> None:
+    """Only named variables reach candidate code, and none that looks like a credential
+    even under an allowed prefix; everything else is withheld, by name."""
+    env = {
+        "PATH": "/bin",
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C",
+        "CUDA_VISIBLE_DEVICES": "0",
+        "NCCL_DEBUG": "WARN",
+        "NVIDIA_VISIBLE_DEVICES": "all",
+        "HF_HOME": "/cache/huggingface",
+        "NVIDIA_API_KEY": "x",
+        "DATABASE_URL": "postgres://u:pw@db/x",
+        "SSH_AUTH_SOCK": "/tmp/agent",
+        "GIT_CONFIG_PARAMETERS": "'http.extraheader'='x'",
+        "RSI_JITCONFIG": "x",
+        "HOME": "/root",
+        "SOMETHING_ELSE": "1",
+        "SGL_X": "1",
+    }
+    kept, withheld = proc.candidate_env(env)
+    assert sorted(kept) == [
+        "CUDA_VISIBLE_DEVICES",
+        "HF_HOME",
+        "HOME",
+        "LANG",
+        "LC_ALL",
+        "NCCL_DEBUG",
+        "NVIDIA_VISIBLE_DEVICES",
+        "PATH",
+    ]
+    assert withheld == sorted(set(env) - set(kept))
+    assert "SGL_X" in proc.candidate_env(env, ("SGL_X",))[0]
+    assert proc.scrub_env(env)[1] == sorted(
+        [
+            "NVIDIA_API_KEY",
+            "DATABASE_URL",
+            "SSH_AUTH_SOCK",
+            "GIT_CONFIG_PARAMETERS",
+            "RSI_JITCONFIG",
+        ]
+    )

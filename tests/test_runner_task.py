@@ -313,3 +313,28 @@ def test_fallback_reader_refuses_dates() -> None:
     """Valid TOML, but no task needs a date: the fallback says so instead of guessing."""
     with pytest.raises(_toml.TOMLError, match="dates and times are not supported"):
         _toml.fallback_loads("a = 1979-05-27\n")
+
+
+def test_candidate_hosts_and_inherited_names_are_checked(tmp_path: Path) -> None:
+    """`[candidate]`: the hosts a task's candidates may reach (through the runner's proxy)
+    and more of the runner's variables by name — never a credential-like one."""
+    ok = GOOD + '[candidate]\nhosts = ["huggingface.co:443", "[::1]:8080"]\ninherit = ["SGL_X"]\n'
+    t = tasks.load(str(write(tmp_path, ok)))
+    assert t.candidate.hosts == ("huggingface.co:443", "[::1]:8080")
+    assert t.candidate.inherit == ("SGL_X",)
+    assert t.summary()["candidate"] == {
+        "hosts": ["huggingface.co:443", "[::1]:8080"],
+        "inherit": ["SGL_X"],
+    }
+    assert tasks.load(str(write(tmp_path, GOOD))).candidate == tasks.Candidate()
+    for body, why in (
+        ('hosts = ["huggingface.co"]', r"`candidate.hosts\[0\]` must be host:port"),
+        ('hosts = ["a.b:70000"]', r"`candidate.hosts\[0\]` must be host:port"),
+        ('hosts = ["http://a.b:443"]', r"`candidate.hosts\[0\]` must be host:port"),
+        ('inherit = ["HF_TOKEN"]', r"`candidate.inherit\[0\]` names a credential-like"),
+        ('inherit = ["DATABASE_URL"]', r"`candidate.inherit\[0\]` names a credential-like"),
+        ('inherit = ["A B"]', r"`candidate.inherit\[0\]` must be a variable name"),
+        ('network = "host"', r"unknown key\(s\) `candidate.network`"),
+    ):
+        with pytest.raises(tasks.TaskError, match=why):
+            tasks.load(str(write(tmp_path, GOOD + f"[candidate]\n{body}\n")))

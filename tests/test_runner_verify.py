@@ -668,3 +668,50 @@ def test_one_warm_up_pass_by_default(tmp_path: Path) -> None:
     assert warm["passes"] == 1
     assert warm["steady"] is None
     assert len(warm["rates"]) == 1
+
+
+# ------------------------------------------------------------------ no network namespace
+
+
+def _unshareless(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, hosts: tuple[str, ...]) -> Any:
+    """A verifier on a machine that cannot make network namespaces (no CAP_SYS_ADMIN)."""
+    from dataclasses import replace
+
+    from runners import netns, sandbox
+    from runners import task as tasks
+    from runners.verify import Options, Verifier
+
+    monkeypatch.setattr(netns, "unavailable", lambda: "unshare(CLONE_NEWNET): not permitted")
+    task = replace(tasks.load("dry"), candidate=tasks.Candidate(hosts=hosts))
+    opts = Options("r", "b", "r", "h", task, "cpu", 1, ["streaming"], tmp_path, "v")
+    v = Verifier(opts)
+    v.sandbox = sandbox.Sandbox("cgroup", {}, None, tmp_path)
+    v.sandbox.hosts = hosts
+    return v
+
+
+def test_without_namespaces_candidates_have_the_host_network_and_the_record_says_why(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    v = _unshareless(monkeypatch, tmp_path, ())
+    v._network_warnings()
+    assert v.sandbox.describe()["network"] == {
+        "mode": "host",
+        "reason": "unshare(CLONE_NEWNET): not permitted",
+        "hosts": [],
+    }
+    assert v.warnings == [
+        "candidate code had the machine's network (unshare(CLONE_NEWNET): not permitted): it "
+        "could reach the internet, the LAN and the other side's server"
+    ]
+
+
+def test_a_task_naming_hosts_is_refused_where_namespaces_cannot_be_made(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Never the whole network for a task that asked for some hosts."""
+    from runners.verify import _Abort
+
+    v = _unshareless(monkeypatch, tmp_path, ("huggingface.co:443",))
+    with pytest.raises(_Abort, match=r"names the hosts .*huggingface.co:443.* every host"):
+        v._network_warnings()

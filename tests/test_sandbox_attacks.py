@@ -13,13 +13,16 @@ import json
 import pwd
 import secrets
 import shutil
+import socket
 import subprocess
+import threading
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from runners import sandbox
+from runners import proc, sandbox
 from tests.test_runner_verify import ROOT, git, leftovers, runner_cmd, runner_env
 
 DRY = ROOT / "runners" / "dry"
@@ -98,10 +101,24 @@ def attack_repo(path: Path, base: dict[str, str], head: dict[str, str]) -> tuple
     return git(path, "rev-parse", "HEAD~1"), git(path, "rev-parse", "HEAD")
 
 
-def verify(tmp_path: Path, task: Path, base: str, head: str) -> dict[str, Any]:
+def verify(
+    tmp_path: Path,
+    task: Path,
+    base: str,
+    head: str,
+    *extra: str,
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:
     out = tmp_path / "bundle"
     cmd = runner_cmd(tmp_path / "repo", base, head, out, "--task", str(task), "--rounds", "1")
-    r = subprocess.run(cmd, cwd=ROOT, env=runner_env(), capture_output=True, text=True, timeout=180)
+    r = subprocess.run(
+        [*cmd, *extra],
+        cwd=ROOT,
+        env=runner_env(**(env or {})),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert (out / "manifest.json").is_file(), r.stderr
     m: dict[str, Any] = json.loads((out / "manifest.json").read_text())
     return m
@@ -323,3 +340,230 @@ def test_the_task_env_cannot_make_root_load_a_head_library(tmp_path: Path) -> No
     h = git(repo, "rev-parse", "HEAD")
     verify(tmp_path, task, b, h)
     assert not marker.exists(), marker.read_text()
+
+
+# ------------------------------------------------------------------ secrets and the network
+
+# What the runner's own environment may hold on a real machine (a JIT runner's config, a
+# deploy's database and error reporter, an agent socket, an auth header for git, cloud
+# keys); none of it may reach candidate code. `INNOCENT_LOOKING` has no credential-like
+# name: only an allowlist withholds it.
+PLANTED = {
+    "DATABASE_URL": "postgres://u:pw-planted@db.example:5432/rsi",
+    "SENTRY_DSN": "https://planted-dsn@o1.ingest.sentry.io/1",
+    "RSI_JITCONFIG": "planted-jit-config",
+    "ACTIONS_RUNNER_INPUT_JITCONFIG": "planted-arc-jit-config",
+    "SSH_AUTH_SOCK": "/tmp/planted-agent.sock",
+    "GIT_CONFIG_PARAMETERS": "'http.extraheader'='AUTHORIZATION: basic planted-auth'",
+    "FOO_KEY": "planted-foo-key",
+    "BAR_AUTH": "planted-bar-auth",
+    "AWS_ACCESS_KEY_ID": "AKIAPLANTED",
+    "AWS_SECRET_ACCESS_KEY": "planted-aws-secret",
+    "NVIDIA_API_KEY": "planted-ngc-key",
+    "HTTPS_PROXY": "http://u:planted-proxy-pw@proxy.example:3128",
+    "INNOCENT_LOOKING": "planted-innocent",
+}
+
+# A hostile head's prepare step and server: each prints its environment and tries to
+# reach the runner's machine over TCP (its non-loopback address and its loopback) and an
+# abstract unix socket (scoped by network namespace).
+SNOOP = """import json, os, socket, sys
+targets = json.loads({targets!r})
+print("ENV-DUMP " + json.dumps(dict(os.environ)), flush=True)
+for name, addr in targets.items():
+    try:
+        if name == "unix":
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(3)
+            s.connect("\\0" + addr)
+        else:
+            host, port = addr.rsplit(":", 1)
+            s = socket.create_connection((host, int(port)), timeout=3)
+        print(f"NET {{name}} REACHED", flush=True)
+        s.close()
+    except OSError as exc:
+        print(f"NET {{name}} BLOCKED {{exc}}", flush=True)
+"""
+
+SNOOPING_SERVER = """import runpy, sys
+exec(open(__file__.replace("server.py", "snoop.py")).read())
+sys.argv[0] = {dry!r}
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def primary_address() -> str:
+    """This machine's address on its default route (no packet is sent)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("203.0.113.1", 9))
+        except OSError:
+            pytest.skip("no default route: no non-loopback address to probe")
+        addr: str = s.getsockname()[0]
+    if addr.startswith("127."):
+        pytest.skip("no non-loopback address to probe")
+    return addr
+
+
+class Listeners:
+    """TCP listeners on the host's address and loopback and an abstract unix socket:
+    whoever connects is recorded."""
+
+    def __init__(self) -> None:
+        self.reached: list[str] = []
+        self.socks: dict[str, socket.socket] = {}
+        token = secrets.token_hex(6)
+        for name, fam, addr in (
+            ("lan", socket.AF_INET, (primary_address(), 0)),
+            ("loopback", socket.AF_INET, ("127.0.0.1", 0)),
+            ("unix", socket.AF_UNIX, f"\0rsi-test-{token}"),
+        ):
+            s = socket.socket(fam, socket.SOCK_STREAM)
+            s.bind(addr)
+            s.listen(16)
+            self.socks[name] = s
+            threading.Thread(target=self._accept, args=(name, s), daemon=True).start()
+        self.addresses = {"unix": f"rsi-test-{token}"}
+        for name, s in self.socks.items():
+            if name != "unix":
+                host, port = s.getsockname()
+                self.addresses[name] = f"{host}:{port}"
+
+    def targets(self) -> dict[str, str]:
+        return dict(self.addresses)
+
+    def _accept(self, name: str, s: socket.socket) -> None:
+        with suppress(OSError):
+            while True:
+                c, _ = s.accept()
+                self.reached.append(name)
+                c.close()
+
+    def close(self) -> None:
+        for s in self.socks.values():
+            s.close()
+
+
+def dumps(log: str) -> list[dict[str, str]]:
+    return [
+        json.loads(x[len("ENV-DUMP ") :]) for x in log.splitlines() if x.startswith("ENV-DUMP ")
+    ]
+
+
+def assert_clean(log: str, where: str) -> None:
+    """One environment dump and blocked probes in `log`: allowlisted names only, no
+    planted secret anywhere, no connection out."""
+    envs = dumps(log)
+    assert len(envs) == 1, (where, log[-2000:])
+    env = envs[0]
+    assert not set(PLANTED) & set(env), (where, sorted(set(PLANTED) & set(env)))
+    text = json.dumps(env)
+    assert not [v for v in PLANTED.values() if v in text], (where, env)
+    assert [n for n in env if not proc.candidate_may_inherit(n) and n not in ALLOWED_SET] == [], (
+        where,
+        sorted(env),
+    )
+    assert "REACHED" not in log, (where, log[-2000:])
+    assert log.count("BLOCKED") == 3, (where, log[-2000:])
+
+
+# What the runner sets for a candidate besides what it may inherit (runners/sandbox.py,
+# runners/verify.py): its own home and caches, its worktree on the path, the GPU order.
+ALLOWED_SET = {
+    "HOME",
+    "TMPDIR",
+    "XDG_CACHE_HOME",
+    "USER",
+    "LOGNAME",
+    "GIT_CONFIG_COUNT",
+    "GIT_CONFIG_KEY_0",
+    "GIT_CONFIG_VALUE_0",
+    "PYTHONPATH",
+    "PYTHONUNBUFFERED",
+    "CUDA_DEVICE_ORDER",
+}
+
+
+@pytest.mark.parametrize("design", ["sequential", "alternate"])
+def test_no_secret_and_no_network_reach_a_candidate(tmp_path: Path, design: str) -> None:
+    net = Listeners()
+    try:
+        task = task_file(
+            tmp_path,
+            "[prepare]\ncommands = ['{python} {worktree}/snoop.py']\n" + SERVER % "env = {}",
+        )
+        snoop = SNOOP.format(targets=json.dumps(net.targets()))
+        b, h = attack_repo(
+            tmp_path / "repo",
+            {"snoop.py": "pass\n"},
+            {"snoop.py": snoop, "server.py": SNOOPING_SERVER.format(dry=str(DRY / "server.py"))},
+        )
+        m = verify(tmp_path, task, b, h, "--design", design, env=PLANTED)
+    finally:
+        net.close()
+    out = tmp_path / "bundle"
+    assert m["prepare"]["head"]["status"] == "ok", m["prepare"]
+    assert_clean((out / m["prepare"]["head"]["log"]).read_text(), "prepare")
+    if design == "alternate":
+        assert m["design"]["name"] == "alternate", m["design"]
+        server_log = m["design"]["servers"]["head"][0]["log"]
+    else:
+        server_log = run_of(m, "head")["logs"]["server"]
+    assert run_of(m, "head")["status"] == "ok", run_of(m, "head")
+    assert_clean((out / server_log).read_text(), "server")
+    assert net.reached == []
+    # names only, never values
+    withheld = m["runner"]["env_withheld"]
+    assert set(PLANTED) <= set(withheld)
+    assert not [v for v in PLANTED.values() if v in json.dumps(m)]
+
+
+# A head's prepare step with hosts named by its task: through the proxy it is told of,
+# the named host answers and another does not; directly, neither does.
+THROUGH_PROXY = """import json, os, socket
+targets = json.loads({targets!r})
+proxy = os.environ["RSI_CANDIDATE_PROXY"].rsplit(":", 1)
+for name in ("lan", "loopback"):
+    s = socket.create_connection(("127.0.0.1", int(proxy[1])), timeout=5)
+    s.sendall(f"CONNECT {{targets[name]}} HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n".encode())
+    print(f"PROXY {{name}} {{s.recv(100).split(b' ')[1].decode()}}", flush=True)
+    s.close()
+try:
+    host, port = targets["lan"].rsplit(":", 1)
+    socket.create_connection((host, int(port)), timeout=3).close()
+    print("DIRECT REACHED", flush=True)
+except OSError as exc:
+    print(f"DIRECT BLOCKED {{exc}}", flush=True)
+"""
+
+
+def test_a_task_s_named_hosts_are_all_a_candidate_reaches(tmp_path: Path) -> None:
+    net = Listeners()
+    try:
+        lan = net.targets()["lan"]
+        task = task_file(
+            tmp_path,
+            "[prepare]\ncommands = ['{python} {worktree}/snoop.py']\n"
+            + SERVER % "env = {}"
+            + f'\n[candidate]\nhosts = ["{lan}"]\n',
+        )
+        b, h = attack_repo(
+            tmp_path / "repo",
+            {"snoop.py": "pass\n"},
+            {"snoop.py": THROUGH_PROXY.format(targets=json.dumps(net.targets()))},
+        )
+        m = verify(tmp_path, task, b, h)
+    finally:
+        net.close()
+    log = (tmp_path / "bundle" / m["prepare"]["head"]["log"]).read_text()
+    assert "PROXY lan 200" in log, log
+    assert "PROXY loopback 403" in log, log
+    assert "DIRECT BLOCKED" in log, log
+    assert net.reached == ["lan"]
+    # the evidence shows the hosts and what was asked for
+    network = m["isolation"]["network"]
+    assert (network["mode"], network["hosts"], network["refused"]) == ("namespace", [lan], 1)
+    asked = {(r["target"], r["allowed"]) for r in network["requests"]}
+    assert asked == {(lan, True), (net.targets()["loopback"], False)}
+    server = json.loads((tmp_path / "bundle" / run_of(m, "head")["files"]["server"]).read_text())
+    assert server["network"] == f"its own namespace, loopback only; through a proxy: {lan}"
