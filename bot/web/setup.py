@@ -36,19 +36,18 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict
-from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote, urlencode
 
 import yaml
 from flask import Blueprint, Flask, Response, current_app, request
-from jinja2 import Environment, PackageLoader, StrictUndefined
 from pydantic import ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from bot.config import ConfigError, error_lines
 from bot.github import manifest
+from evidence.render import environment
 
 log = logging.getLogger(__name__)
 
@@ -252,10 +251,14 @@ def merge_env(path: Path, values: dict[str, str], *, comment: str = "") -> None:
 
 
 class SetupFailed(Exception):
-    def __init__(self, message: str, status: int) -> None:
-        super().__init__(message)
-        self.message = message
+    """Why the manifest conversion failed: an error code of `setup.html.j2` (its words
+    are there), the HTTP status to answer and, for `github-status`, GitHub's."""
+
+    def __init__(self, error: str, status: int, answered: int | None = None) -> None:
+        super().__init__(error)
+        self.error = error
         self.status = status
+        self.answered = answered
 
 
 def convert(settings: SetupSettings, code: str) -> dict[str, Any]:
@@ -264,35 +267,21 @@ def convert(settings: SetupSettings, code: str) -> dict[str, Any]:
         status, app = manifest.convert(settings.GITHUB_API_URL, code)
     except manifest.Unreachable as exc:
         log.warning("setup: GitHub could not be reached: %s", exc)
-        raise SetupFailed("GitHub could not be reached; try again.", 502) from None
+        raise SetupFailed("unreachable", 502) from None
     if status in (404, 422):
-        raise SetupFailed(
-            "GitHub did not accept this code: each code works once, for an hour. "
-            "Start again to create the App.",
-            400,
-        )
+        raise SetupFailed("code-refused", 400)
     if status != 201:
         log.warning("setup: the manifest conversion answered %s", status)
-        raise SetupFailed(f"GitHub answered {status}; try again.", 502)
+        raise SetupFailed("github-status", 502, answered=status)
     if not isinstance(app, dict) or not all(k in app for k in ("id", "pem", "html_url")):
-        raise SetupFailed("GitHub's answer did not describe an App.", 502)
+        raise SetupFailed("not-an-app", 502)
     return app
-
-
-@cache
-def _templates() -> Environment:
-    return Environment(
-        loader=PackageLoader("pr_templates", ""),
-        autoescape=True,
-        undefined=StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
 
 
 def _page(template: str, status: int = 200, **context: Any) -> tuple[Response, int]:
     settings: SetupSettings = current_app.extensions["rsi_setup"]
-    html = _templates().get_template(template).render(**context)
+    context = {"public_url": settings.public_url, "answered": None, **context}
+    html = environment().get_template(template).render(**context)
     resp = Response(html, mimetype="text/html")
     resp.headers["Cache-Control"] = "no-store"
     resp.headers["Referrer-Policy"] = "no-referrer"  # /setup/complete carries the code
@@ -305,11 +294,14 @@ def _page(template: str, status: int = 200, **context: Any) -> tuple[Response, i
     return resp, status
 
 
-def _start_page(error: str | None = None, status: int = 200) -> tuple[Response, int]:
+def _start_page(
+    error: str | None = None, status: int = 200, answered: int | None = None
+) -> tuple[Response, int]:
+    """The form, with `error` (a code of `setup.html.j2`) above it when there is one."""
     settings: SetupSettings = current_app.extensions["rsi_setup"]
     org = request.args.get("org") or None
     if org is not None and not _ORG.match(org):
-        return _page("setup.html.j2", 400, configured=False, error="Not an organisation name.")
+        return _page("setup.html.j2", 400, configured=False, error="not-an-org")
     states: _States = current_app.extensions["rsi_setup_states"]
     doc = current_app.extensions["rsi_setup_manifest"]
     browser = request.cookies.get(COOKIE, "")
@@ -320,6 +312,7 @@ def _start_page(error: str | None = None, status: int = 200) -> tuple[Response, 
         status,
         configured=False,
         error=error,
+        answered=answered,
         action=form_action(settings, states.issue(browser), org),
         manifest=json.dumps(doc, separators=(",", ":")),
         app=doc,
@@ -364,27 +357,15 @@ def complete() -> tuple[Response, int]:
     taken = states.take(state, request.cookies.get(COOKIE, "")) if state else "unknown"
     if taken == "elsewhere":
         log.warning("setup: an answer from GitHub came from a browser that did not start it")
-        return _page(
-            "setup.html.j2",
-            400,
-            configured=False,
-            error="This answer from GitHub belongs to a setup started in another browser, "
-            "so it was not used and nothing was stored. Whoever started that setup must "
-            f"finish it in the browser they started it in; to create the App yourself, "
-            f"open {settings.public_url}/setup in this browser.",
-        )
+        return _page("setup.html.j2", 400, configured=False, error="elsewhere")
     if taken != "ok":
-        return _start_page(
-            "This answer from GitHub does not match a setup started here (or it is over an "
-            "hour old). Start again.",
-            400,
-        )
+        return _start_page("unknown-state", 400)
     if not _CODE.match(code):
-        return _start_page("GitHub's answer carries no valid code. Start again.", 400)
+        return _start_page("no-code", 400)
     try:
         app = convert(settings, code)
     except SetupFailed as exc:
-        return _start_page(exc.message, exc.status)
+        return _start_page(exc.error, exc.status, exc.answered)
     values = {"APP_ID": str(app["id"]), "PRIVATE_KEY": str(app["pem"])}
     webhook_secret = app.get("webhook_secret")
     if webhook_secret:
