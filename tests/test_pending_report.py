@@ -81,3 +81,35 @@ def test_unknown_ids_and_bad_tokens_stay_404(app: Flask, client: FlaskClient) ->
         page = client.get(bad)
         assert page.status_code == 404, bad
         assert b"in progress" not in page.data
+
+
+def test_an_ended_verification_says_why(app: Flask, client: FlaskClient) -> None:
+    """The page names the end reason (`end_reason`, in the App's words), not the
+    verdict's one-liner, which an ended verification never has; a hostile parameter is
+    text."""
+    vid = promote(client)["verification_id"]
+    with rt(app).db.session() as s:
+        v = s.get(Verification, vid)
+        assert v is not None
+        v.state = "failed"
+        v.end_reason = {
+            "code": "step-failed",
+            "params": {"step": "comment", "error": "<script>alert(1)</script>", "attempts": 5},
+        }
+    page = client.get(path_of(app, vid))
+    assert page.status_code == 200
+    text = page.get_data(as_text=True)
+    assert f"Verification {vid} failed" in text
+    assert (
+        "It ended without a report: gave up after 5 attempts at comment: "
+        "&lt;script&gt;alert(1)&lt;/script&gt;." in text
+    )
+    assert "<script>" not in text
+
+    set_state(app, vid, "cancelled")
+    with rt(app).db.session() as s:
+        v = s.get(Verification, vid)
+        assert v is not None
+        v.end_reason = {"code": "cancelled-by", "params": {"user": "alice"}}
+    text = client.get(path_of(app, vid)).get_data(as_text=True)
+    assert "It ended without a report: cancelled by @alice with /rsi cancel." in text

@@ -3,18 +3,21 @@
 
 Before its evidence exists, a verification's report URL (already in the PR's comment)
 answers a short "pending" page — 202, `Retry-After`, not cached — saying what state the
-verification is in; a verification that ended without evidence says so (200). An id
-this App does not know, or a wrong token, stays 404."""
+verification is in; a verification that ended without evidence says so and why (200).
+The page is `pr_templates/pending.html.j2`. An id this App does not know, or a wrong
+token, stays 404."""
 
 from __future__ import annotations
 
 import re
-from html import escape
 
 from flask import Blueprint, Response, abort, current_app, request
 
+from bot import messages
 from bot.models import Verification
 from bot.services import Services
+from bot.verification.reasons import Reason
+from evidence.render import environment
 
 bp = Blueprint("reports", __name__)
 PLOT = re.compile(r"^[a-z0-9_-]{1,40}$")
@@ -22,20 +25,8 @@ VID = re.compile(r"^v-[0-9a-z]{4,32}$")
 RETRY_AFTER_S = 60
 """How soon a pending page asks to be loaded again (it also refreshes itself)."""
 
-_WAITING = {
-    "queued": "queued: waiting for its GPU runs to be dispatched",
-    "dispatched": "dispatched: waiting for a GPU runner to pick it up",
-    "running": "running on the GPU runners",
-    "ingesting": "its runs are done; the evidence is being built",
-    # published, but the report is not in the store (yet): say so rather than 404
-    "published": "published; the report is being stored",
-}
-_ENDED = {
-    "failed": "failed",
-    "cancelled": "was cancelled",
-    "superseded": "was superseded by a newer verification",
-    "timed-out": "timed out",
-}
+ENDED = frozenset({"failed", "cancelled", "superseded", "timed-out"})
+"""States that end a verification without a report; the others are still on the way."""
 
 
 def _authorised(rt: Services, vid: str) -> None:
@@ -77,36 +68,33 @@ def report(vid: str) -> Response:
 
 
 def _pending(rt: Services, vid: str) -> Response:
-    """The page of a verification without a stored report, or 404 for an unknown one."""
+    """The page of a verification without a stored report, or 404 for an unknown one:
+    `pr_templates/pending.html.j2`; an ended one says why, in the words of its end
+    reason (`messages.reason_plain`)."""
     with rt.db.session() as s:
         v = s.get(Verification, vid)
         if v is None:
             abort(404)
-        state, repo, pr, task, reason = v.state, v.repo, v.pr_number, v.task, v.reason
-    what = f"{repo}" + (f" #{pr}" if pr else "") + f", task {task}"
-    if state in _ENDED:
-        title = f"Verification {vid} {_ENDED[state]}"
-        body = "It ended without a report." + (f" {reason}" if reason else "")
-        status, refresh = 200, ""
-    else:
-        title = f"Verification {vid} is in progress"
-        body = (
-            f"The verification is {_WAITING.get(state, state)} (state: {state}). "
-            "Its report appears at this address once the evidence is published; "
-            "this page reloads itself."
-        )
-        status, refresh = 202, f'<meta http-equiv="refresh" content="{RETRY_AFTER_S}">'
+        state, repo, pr, task = v.state, v.repo, v.pr_number, v.task
+        why = Reason.from_json(v.end_reason)
+    ended = state in ENDED
     page = (
-        "<!doctype html><html lang=en><head><meta charset=utf-8>"
-        f"{refresh}<title>{escape(title)}</title>"
-        '<meta name="robots" content="noindex"></head>'
-        '<body style="font-family:system-ui,sans-serif;max-width:40em;margin:3em auto">'
-        f"<h1>{escape(title)}</h1><p>{escape(what)}</p>"
-        f'<p id="state" data-state="{escape(state)}">{escape(body)}</p></body></html>'
+        environment()
+        .get_template("pending.html.j2")
+        .render(
+            vid=vid,
+            state=state,
+            repo=repo,
+            pr=pr,
+            task=task,
+            ended=ended,
+            why=messages.reason_plain(why) if ended and why is not None else None,
+            retry_after=RETRY_AFTER_S,
+        )
     )
-    resp = Response(page, status=status, mimetype="text/html")
+    resp = Response(page, status=200 if ended else 202, mimetype="text/html")
     resp.headers["Cache-Control"] = "no-cache, no-store, private"
-    if status == 202:
+    if not ended:
         resp.headers["Retry-After"] = str(RETRY_AFTER_S)
     resp.headers["X-Content-Type-Options"] = "nosniff"
     resp.headers["Referrer-Policy"] = "no-referrer"
