@@ -250,3 +250,55 @@ class BaselineMeasurement(Base):
     verification_id: Mapped[str] = mapped_column(String(40))
     fingerprint: Mapped[dict[str, Any]] = mapped_column(JSON)
     measured_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+class Series(Base):
+    """Main's history under one fingerprint: repository, task, GPU model, driver, runner
+    image, mode, concurrency and metric. A new driver or image closes the series and
+    opens another (`successor_id`): levels across them are not comparable."""
+
+    __tablename__ = "series"
+    __table_args__ = (Index("ix_series_repo_task", "repo", "task"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    repo: Mapped[str] = mapped_column(String(200))
+    task: Mapped[str] = mapped_column(String(100))
+    gpu: Mapped[str] = mapped_column(String(40))
+    driver: Mapped[str] = mapped_column(String(60))
+    image: Mapped[str] = mapped_column(String(200))
+    mode: Mapped[str] = mapped_column(String(20))
+    concurrency: Mapped[int] = mapped_column(Integer)
+    metric: Mapped[str] = mapped_column(String(60))
+    opened_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    closed_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
+    # Why it closed, in words: "driver 550.54 → 560.28".
+    closed_reason: Mapped[str | None] = mapped_column(String(300))
+    successor_id: Mapped[int | None] = mapped_column(ForeignKey("series.id"), nullable=True)
+
+
+class SeriesPoint(Base):
+    """One measured merge of a series: its paired change against its first parent."""
+
+    __tablename__ = "series_points"
+    __table_args__ = (
+        UniqueConstraint("series_id", "sha", "verification_id"),
+        Index("ix_series_points_series", "series_id", "measured_at"),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    series_id: Mapped[int] = mapped_column(ForeignKey("series.id"))
+    sha: Mapped[str] = mapped_column(String(64))
+    parent_sha: Mapped[str] = mapped_column(String(64))
+    pr_number: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    verification_id: Mapped[str] = mapped_column(String(40))
+    # head / parent − 1, in percent, with its 95% interval (None: no interval).
+    change_pct: Mapped[float] = mapped_column(Float)
+    ci_low_pct: Mapped[float | None] = mapped_column(Float, nullable=True)
+    ci_high_pct: Mapped[float | None] = mapped_column(Float, nullable=True)
+    verdict: Mapped[str] = mapped_column(String(20))
+    pairs: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # The head's and the parent's mean in that session (levels move between sessions).
+    head_value: Mapped[float | None] = mapped_column(Float, nullable=True)
+    parent_value: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # "regression" or "improvement" where the detector put a change point.
+    change_point: Mapped[str | None] = mapped_column(String(20))
+    bundle_key: Mapped[str | None] = mapped_column(String(300))
+    measured_at: Mapped[dt.datetime] = mapped_column(default=utcnow)

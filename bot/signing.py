@@ -37,7 +37,8 @@ def _b64(raw: bytes) -> str:
 
 
 class UrlSigner:
-    """Tokens for `/reports/<verification_id>` and its plots."""
+    """Tokens for `/reports/<verification_id>` and its plots, and for a repository's
+    `/history/<owner>/<name>`."""
 
     def __init__(self, secret: str, label: str = URL_LABEL) -> None:
         self._key = derive_key(secret, label)
@@ -60,6 +61,16 @@ class UrlSigner:
         base = public_url.rstrip("/")
         vid = quote(verification_id, safe="")
         return f"{base}/reports/{vid}?token={self.token(verification_id)}"
+
+    def history_token(self, repo: str) -> str:
+        """The token of a repository's history page (no verification id holds a NUL)."""
+        return self.token(f"history\x00{repo}")
+
+    def history_url(self, public_url: str, repo: str, suffix: str = "") -> str:
+        """`/history/<owner>/<name>` (`suffix`: `.json`, `.csv`) with its token."""
+        base = public_url.rstrip("/")
+        path = "/".join(quote(part, safe="") for part in repo.split("/", 1))
+        return f"{base}/history/{path}{suffix}?token={self.history_token(repo)}"
 
     def plot_url(self, public_url: str, verification_id: str, name: str) -> str:
         base = public_url.rstrip("/")

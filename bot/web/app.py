@@ -7,7 +7,7 @@ from sqlalchemy import text
 
 from bot import observability, services
 from bot.config import Settings, load_settings
-from bot.web import intake, reports, webhooks
+from bot.web import history, intake, reports, webhooks
 
 
 def create_app(settings: Settings | None = None, *, svc: services.Services | None = None) -> Flask:
@@ -20,6 +20,7 @@ def create_app(settings: Settings | None = None, *, svc: services.Services | Non
     app.register_blueprint(webhooks.bp)
     app.register_blueprint(intake.bp)
     app.register_blueprint(reports.bp)
+    app.register_blueprint(history.bp)
     observability.init_app(app, app.extensions["rsi"])
 
     @app.get("/healthz")

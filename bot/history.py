@@ -1,0 +1,399 @@
+"""Main's history: a series per fingerprint, the points each measured merge adds, and
+what the history page and its exports show of them.
+
+A point is a merge's *paired* change against its first parent, measured in one session:
+levels from different sessions are not comparable on shared machines (two an hour apart
+differ 2×), so the series' course is the chain of those changes, an index that starts at
+100 with the series' first parent. A new driver or runner image closes the series and
+opens another: the same commit measured under both sizes the shift, and it is not an alert.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from bot.models import Series, SeriesPoint
+
+MODES = ("streaming", "non-streaming")
+
+
+@dataclass(frozen=True)
+class SeriesKey:
+    """What makes two measurements of main comparable."""
+
+    repo: str
+    task: str
+    gpu: str
+    driver: str
+    image: str
+    mode: str
+    concurrency: int
+    metric: str
+
+
+@dataclass(frozen=True)
+class NewPoint:
+    """A measured merge, as the watch hands it over."""
+
+    sha: str
+    parent_sha: str
+    verification_id: str
+    change_pct: float
+    ci_low_pct: float | None
+    ci_high_pct: float | None
+    verdict: str
+    pr_number: int | None = None
+    pairs: int | None = None
+    head_value: float | None = None
+    parent_value: float | None = None
+    bundle_key: str | None = None
+    change_point: str | None = None  # "regression" / "improvement": the detector's alarm
+
+
+def open_series(s: Session, key: SeriesKey, now: dt.datetime) -> Series:
+    """The open series of `key`, opened now if there is none. An open series of the same
+    repository, task, GPU, mode, concurrency and metric under another driver or image is
+    closed, naming what changed, and points to the new one."""
+    same_place = select(Series).where(
+        Series.repo == key.repo,
+        Series.task == key.task,
+        Series.gpu == key.gpu,
+        Series.mode == key.mode,
+        Series.concurrency == key.concurrency,
+        Series.metric == key.metric,
+        Series.closed_at.is_(None),
+    )
+    found = None
+    for series in s.scalars(same_place.with_for_update()):
+        if (series.driver, series.image) == (key.driver, key.image):
+            found = series
+    if found is not None:
+        return found
+    new = Series(
+        repo=key.repo,
+        task=key.task,
+        gpu=key.gpu,
+        driver=key.driver,
+        image=key.image,
+        mode=key.mode,
+        concurrency=key.concurrency,
+        metric=key.metric,
+        opened_at=now,
+    )
+    s.add(new)
+    s.flush()
+    for old in s.scalars(same_place.where(Series.id != new.id)):
+        old.closed_at, old.successor_id = now, new.id
+        old.closed_reason = _what_changed(old, key)
+    return new
+
+
+def _what_changed(old: Series, key: SeriesKey) -> str:
+    parts = []
+    if old.driver != key.driver:
+        parts.append(f"driver {old.driver} → {key.driver}")
+    if old.image != key.image:
+        parts.append(f"runner image {old.image} → {key.image}")
+    return "; ".join(parts)
+
+
+def add_point(s: Session, key: SeriesKey, point: NewPoint, now: dt.datetime) -> SeriesPoint:
+    """Record a measured merge in its series (opened or switched as `open_series` says);
+    the same merge and verification recorded again is the row already there."""
+    series = open_series(s, key, now)
+    existing = s.scalar(
+        select(SeriesPoint).where(
+            SeriesPoint.series_id == series.id,
+            SeriesPoint.sha == point.sha,
+            SeriesPoint.verification_id == point.verification_id,
+        )
+    )
+    if existing is not None:
+        return existing
+    row = SeriesPoint(series_id=series.id, measured_at=now, **point.__dict__)
+    s.add(row)
+    s.flush()
+    return row
+
+
+# --- what the page and the exports show ---------------------------------------------------
+
+
+class FilterError(ValueError):
+    """A filter of the history page that cannot be understood; the message says which."""
+
+
+@dataclass(frozen=True)
+class Filter:
+    """The page's filters, from its query string; all optional."""
+
+    task: str | None = None
+    gpu: str | None = None
+    mode: str | None = None
+    concurrency: int | None = None
+    since: dt.datetime | None = None
+    until: dt.datetime | None = None
+
+    @classmethod
+    def parse(cls, args: Mapping[str, str]) -> Filter:
+        """The filters in `args`; `FilterError` naming the first that is not one."""
+        name = re.compile(r"^[A-Za-z0-9._+-]{1,100}$")
+        for field_name in ("task", "gpu"):
+            value = args.get(field_name) or None
+            if value is not None and not name.match(value):
+                raise FilterError(f"{field_name} must be a name of letters, digits and ._+-")
+        mode = args.get("mode") or None
+        if mode is not None and mode not in MODES:
+            raise FilterError(f"mode must be one of {', '.join(MODES)}")
+        conc = args.get("concurrency") or None
+        if conc is not None and not (conc.isascii() and conc.isdigit() and len(conc) <= 6):
+            raise FilterError("concurrency must be a whole number")
+        return cls(
+            task=args.get("task") or None,
+            gpu=args.get("gpu") or None,
+            mode=mode,
+            concurrency=int(conc) if conc is not None else None,
+            since=_date(args, "since"),
+            until=_date(args, "until"),
+        )
+
+    def query_args(self) -> dict[str, str]:
+        """The filters as query arguments again (for export links)."""
+        out = {
+            "task": self.task,
+            "gpu": self.gpu,
+            "mode": self.mode,
+            "concurrency": None if self.concurrency is None else str(self.concurrency),
+            "since": None if self.since is None else self.since.date().isoformat(),
+            "until": None
+            if self.until is None
+            else (self.until - dt.timedelta(days=1)).date().isoformat(),
+        }
+        return {k: v for k, v in out.items() if v is not None}
+
+
+def _date(args: Mapping[str, str], name: str) -> dt.datetime | None:
+    value = args.get(name) or None
+    if value is None:
+        return None
+    try:
+        day = dt.date.fromisoformat(value)
+    except ValueError:
+        raise FilterError(f"{name} must be a date, YYYY-MM-DD") from None
+    start = dt.datetime.combine(day, dt.time(), dt.UTC)
+    return start + dt.timedelta(days=1) if name == "until" else start
+
+
+@dataclass(frozen=True)
+class PointView:
+    """A point as shown: its change, and the series' index after it (first parent = 100)."""
+
+    sha: str
+    parent_sha: str
+    pr_number: int | None
+    verification_id: str
+    change_pct: float
+    ci_low_pct: float | None
+    ci_high_pct: float | None
+    verdict: str
+    pairs: int | None
+    head_value: float | None
+    parent_value: float | None
+    change_point: str | None
+    bundle_key: str | None
+    measured_at: dt.datetime
+    index: float
+
+
+@dataclass
+class SeriesView:
+    id: int
+    key: SeriesKey
+    opened_at: dt.datetime
+    closed_at: dt.datetime | None
+    closed_reason: str | None
+    successor_id: int | None
+    points: list[PointView] = field(default_factory=list)
+
+
+def history(s: Session, repo: str, f: Filter) -> list[SeriesView]:
+    """Every series of `repo` the filter selects, open ones first, with their points in
+    the order they were measured; the index chains every point of the series (the
+    filter's dates select which are shown, not where the chain starts)."""
+    q = select(Series).where(Series.repo == repo)
+    if f.task:
+        q = q.where(Series.task == f.task)
+    if f.gpu:
+        q = q.where(Series.gpu == f.gpu)
+    if f.mode:
+        q = q.where(Series.mode == f.mode)
+    if f.concurrency is not None:
+        q = q.where(Series.concurrency == f.concurrency)
+    q = q.order_by(
+        Series.closed_at.is_not(None), Series.task, Series.gpu, Series.mode, Series.concurrency
+    )
+    views = [_view(x) for x in s.scalars(q)]
+    points = s.scalars(
+        select(SeriesPoint)
+        .where(SeriesPoint.series_id.in_([v.id for v in views]))
+        .order_by(SeriesPoint.series_id, SeriesPoint.measured_at, SeriesPoint.id)
+    )
+    by_id = {v.id: v for v in views}
+    index: dict[int, float] = {}
+    for p in points:
+        level = index.get(p.series_id, 100.0) * (1 + p.change_pct / 100)
+        index[p.series_id] = level
+        when = _aware(p.measured_at)
+        if (f.since and when < f.since) or (f.until and when >= f.until):
+            continue
+        by_id[p.series_id].points.append(_point(p, when, level))
+    return views
+
+
+def _aware(when: dt.datetime) -> dt.datetime:
+    """SQLite gives back naive datetimes; they were stored in UTC."""
+    return when if when.tzinfo else when.replace(tzinfo=dt.UTC)
+
+
+def _view(x: Series) -> SeriesView:
+    key = SeriesKey(x.repo, x.task, x.gpu, x.driver, x.image, x.mode, x.concurrency, x.metric)
+    closed = None if x.closed_at is None else _aware(x.closed_at)
+    return SeriesView(x.id, key, _aware(x.opened_at), closed, x.closed_reason, x.successor_id)
+
+
+def _point(p: SeriesPoint, when: dt.datetime, index: float) -> PointView:
+    return PointView(
+        sha=p.sha,
+        parent_sha=p.parent_sha,
+        pr_number=p.pr_number,
+        verification_id=p.verification_id,
+        change_pct=p.change_pct,
+        ci_low_pct=p.ci_low_pct,
+        ci_high_pct=p.ci_high_pct,
+        verdict=p.verdict,
+        pairs=p.pairs,
+        head_value=p.head_value,
+        parent_value=p.parent_value,
+        change_point=p.change_point,
+        bundle_key=p.bundle_key,
+        measured_at=when,
+        index=index,
+    )
+
+
+EXPORT_FIELDS = (
+    "series_id",
+    "task",
+    "gpu",
+    "driver",
+    "image",
+    "mode",
+    "concurrency",
+    "metric",
+    "series_closed",
+    "sha",
+    "parent_sha",
+    "pr_number",
+    "verification_id",
+    "measured_at",
+    "change_pct",
+    "ci_low_pct",
+    "ci_high_pct",
+    "verdict",
+    "pairs",
+    "head_value",
+    "parent_value",
+    "index",
+    "change_point",
+    "bundle",
+)
+"""One exported row per point: its series, its measurement and where its bundle is."""
+
+BundleUrl = Callable[[str, str | None], str | None]
+"""(verification id, bundle key) → where the point's evidence can be fetched, or None."""
+
+
+def export_rows(views: Iterable[SeriesView], bundle_url: BundleUrl) -> Iterator[dict[str, object]]:
+    """Every point shown, flat, in `EXPORT_FIELDS` order; `bundle_url(verification_id,
+    bundle_key)` says where its evidence can be fetched."""
+    for v in views:
+        for p in v.points:
+            yield {
+                "series_id": v.id,
+                "task": v.key.task,
+                "gpu": v.key.gpu,
+                "driver": v.key.driver,
+                "image": v.key.image,
+                "mode": v.key.mode,
+                "concurrency": v.key.concurrency,
+                "metric": v.key.metric,
+                "series_closed": v.closed_at is not None,
+                "sha": p.sha,
+                "parent_sha": p.parent_sha,
+                "pr_number": p.pr_number,
+                "verification_id": p.verification_id,
+                "measured_at": p.measured_at.isoformat(),
+                "change_pct": p.change_pct,
+                "ci_low_pct": p.ci_low_pct,
+                "ci_high_pct": p.ci_high_pct,
+                "verdict": p.verdict,
+                "pairs": p.pairs,
+                "head_value": p.head_value,
+                "parent_value": p.parent_value,
+                "index": round(p.index, 6),
+                "change_point": p.change_point,
+                "bundle": bundle_url(p.verification_id, p.bundle_key),
+            }
+
+
+# --- the chart: an SVG drawn on the server, no script --------------------------------------
+
+WIDTH, HEIGHT, PAD = 720, 180, 28
+
+
+@dataclass(frozen=True)
+class Chart:
+    """An index line with the points, their change points marked, ready for the page."""
+
+    width: int
+    height: int
+    line: str  # the polyline's points
+    dots: list[tuple[float, float, str, str]]  # x, y, kind, tooltip
+    low: float
+    high: float
+
+
+def chart(points: list[PointView]) -> Chart | None:
+    """The index of a series over its measured merges (x: merge order), or None without
+    points. Every point is kept: a 10,000-point series is one polyline."""
+    if not points:
+        return None
+    levels = [p.index for p in points]
+    low, high = min(levels), max(levels)
+    if math.isclose(low, high):
+        low, high = low - 1, high + 1
+    span_x = max(len(points) - 1, 1)
+
+    def xy(i: int, level: float) -> tuple[float, float]:
+        x = PAD + (WIDTH - 2 * PAD) * i / span_x
+        y = HEIGHT - PAD - (HEIGHT - 2 * PAD) * (level - low) / (high - low)
+        return round(x, 1), round(y, 1)
+
+    coords = [xy(i, lv) for i, lv in enumerate(levels)]
+    line = " ".join(f"{x},{y}" for x, y in coords)
+    dots = []
+    for (x, y), p in zip(coords, points, strict=True):
+        if p.change_point or p.verdict in ("improved", "regressed"):
+            kind = p.change_point or p.verdict
+            tip = f"{p.sha[:10]} {p.change_pct:+.1f}%" + (
+                f" (#{p.pr_number})" if p.pr_number else ""
+            )
+            dots.append((x, y, kind, tip))
+    return Chart(WIDTH, HEIGHT, line, dots, low, high)
