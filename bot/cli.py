@@ -134,6 +134,20 @@ def _out_dir(_ctx: click.Context, _param: click.Parameter, value: Path) -> Path:
     show_default=True,
     help="Refuse a manifest of more runs.",
 )
+@click.option(
+    "--max-list-values",
+    type=click.IntRange(min=1),
+    default=BOUNDS.max_list_values,
+    show_default=True,
+    help="Refuse a request whose list of gaps (inter_chunk_s, itls) is longer.",
+)
+@click.option(
+    "--max-values",
+    type=click.IntRange(min=1),
+    default=BOUNDS.max_values,
+    show_default=True,
+    help="Refuse a bundle whose run files hold more per-request numbers in all.",
+)
 def evidence(
     bundles: tuple[Path, ...],
     candidate: Path | None,
@@ -149,6 +163,8 @@ def evidence(
     max_ratio: float,
     max_json_bytes: int,
     max_runs: int,
+    max_list_values: int,
+    max_values: int,
 ) -> None:
     """Build the evidence for one verification (one bundle per GPU) into DIR.
 
@@ -169,6 +185,8 @@ def evidence(
         max_ratio=max_ratio,
         max_json_bytes=max_json_bytes,
         max_runs=max_runs,
+        max_list_values=max_list_values,
+        max_values=max_values,
     )
 
     try:

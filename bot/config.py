@@ -80,6 +80,8 @@ class Settings(MetricsSettings):
     RSI_BUNDLE_MAX_RATIO: float = Field(default=BOUNDS.max_ratio, ge=1)
     RSI_BUNDLE_MAX_JSON_BYTES: int = Field(default=BOUNDS.max_json_bytes, ge=1)
     RSI_BUNDLE_MAX_RUNS: int = Field(default=BOUNDS.max_runs, ge=1)
+    RSI_BUNDLE_MAX_LIST_VALUES: int = Field(default=BOUNDS.max_list_values, ge=1)
+    RSI_BUNDLE_MAX_VALUES: int = Field(default=BOUNDS.max_values, ge=1)
     SENTRY_DSN: SecretStr | None = None
     LOG_LEVEL: str = "INFO"
 

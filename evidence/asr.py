@@ -113,6 +113,7 @@ def _records(
         success=success,
         cols=full,
         gaps=flat[np.repeat(success, lengths)],
+        lengths=lengths,
         errors=errors,
     )
 

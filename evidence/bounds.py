@@ -22,9 +22,23 @@ class Limits:
     max_ratio: float = 200.0
     max_json_bytes: int = 64 * MiB
     max_runs: int = 10_000
+    # Entries of one request's list of gaps (`inter_chunk_s`, `itls`): one per chunk or
+    # token it streamed. Real streaming TTS requests have tens; an LLM's longest outputs
+    # tens of thousands of tokens.
+    max_list_values: int = 100_000
+    # Per-request numbers a bundle's run files hold in all (each request's figures and
+    # every entry of its lists): 1,000,000 requests of real shape hold about 20 million.
+    max_values: int = 50_000_000
 
     def __post_init__(self) -> None:
-        for name in ("max_bytes", "max_members", "max_member_bytes", "max_json_bytes"):
+        for name in (
+            "max_bytes",
+            "max_members",
+            "max_member_bytes",
+            "max_json_bytes",
+            "max_list_values",
+            "max_values",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
         if not self.max_ratio >= 1:

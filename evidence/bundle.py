@@ -37,6 +37,9 @@ TAR_OVERHEAD = 2048
 # A central directory entry is 46 bytes plus its name, extra field and comment.
 ZIP_ENTRY_BYTES = 4096
 _ZIP_METHODS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflate"}
+# What reading a member of a damaged zip raises; NotImplementedError for flags zipfile
+# does not read (patched data, strong encryption) that a mangled directory can set.
+_ZIP_MEMBER_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError)
 
 
 def _safe_rel(rel: str) -> str:
@@ -127,7 +130,8 @@ class Bundle:
         try:
             self._zip = zipfile.ZipFile(path)
             infos = self._zip.infolist()
-        except (zipfile.BadZipFile, OSError, ValueError, struct.error) as exc:
+        except (zipfile.BadZipFile, OSError, ValueError, struct.error, NotImplementedError) as exc:
+            # NotImplementedError: a version or feature zipfile does not read
             raise InputError(where, f"corrupt zip archive ({exc})") from exc
         if len(infos) > lim.max_members:
             raise BoundError(where, f"{len(infos)} members, more than {lim.max_members}")
@@ -240,7 +244,7 @@ class Bundle:
             try:
                 with self._zip.open(info) as f:
                     _copy_capped(f, buf, cap, f"{self.path}/{rel}", repr(rel))
-            except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+            except _ZIP_MEMBER_ERRORS as exc:
                 raise ValueError(f"corrupt member {rel}: {exc}") from exc
             return buf.getvalue()
         with self._open_file(rel) as f:
@@ -287,7 +291,7 @@ class Bundle:
             try:
                 with self._zip.open(info) as f:
                     _copy_capped(f, sink, cap, f"{self.path}/{rel}", repr(rel))  # type: ignore[arg-type]
-            except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+            except _ZIP_MEMBER_ERRORS as exc:
                 raise ValueError(f"corrupt member {rel}: {exc}") from exc
             return sink.h.hexdigest()
         with self._open_file(rel) as f:

@@ -13,6 +13,8 @@ from `rsi-bot evidence`, a rejected bundle in the App): an honest runner never w
 | compression ratio (uncompressed / compressed) | 200 | `--max-ratio` | `RSI_BUNDLE_MAX_RATIO` |
 | a JSON file the engine parses | 64 MiB | `--max-json-bytes` | `RSI_BUNDLE_MAX_JSON_BYTES` |
 | runs in one manifest | 10,000 | `--max-runs` | `RSI_BUNDLE_MAX_RUNS` |
+| one request's list of gaps | 100,000 | `--max-list-values` | `RSI_BUNDLE_MAX_LIST_VALUES` |
+| per-request values in all | 50,000,000 | `--max-values` | `RSI_BUNDLE_MAX_VALUES` |
 
 JSON nests at most 1,024 levels (orjson's own limit, held for the standard library's
 reader of `NaN`/`Infinity` too). Numbers outside physical ranges (`PHYSICAL`) are refused

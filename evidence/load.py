@@ -146,6 +146,7 @@ def _load_bundle(bundle: Bundle, where: str) -> Source:
     _check_runs(f"{where}/{MANIFEST}", manifest.runs)
     gpu = gpu_label(manifest.gpu)
     src = Source(where, "bundle", manifest, gpu, [])
+    budget = _Budget(bundle.limits.max_values)
     seen: set[str] = set()
     for order, run in enumerate(manifest.runs):
         if run.id in seen:
@@ -158,8 +159,8 @@ def _load_bundle(bundle: Bundle, where: str) -> Source:
             )
             continue
         seen.add(run.id)
-        src.runs.append(_load_run(bundle, where, gpu, run, order, src.findings))
-    _load_control(bundle, where, src)
+        src.runs.append(_load_run(bundle, where, gpu, run, order, src.findings, budget))
+    _load_control(bundle, where, src, budget)
     src.findings += _unreported(src)
     _accuracy_over_common_samples(src)
     extra = [lr.run for lr in src.control_runs]
@@ -167,7 +168,7 @@ def _load_bundle(bundle: Bundle, where: str) -> Source:
     return src
 
 
-def _load_control(bundle: Bundle, where: str, src: Source) -> None:
+def _load_control(bundle: Bundle, where: str, src: Source, budget: _Budget) -> None:
     """The null control's runs, read with the same loader and bounds as `runs`. A control
     of the wrong shape, or whose runs name a real run's files (it would measure nothing of
     its own), is one `bundle-invalid` finding naming the field, and no control is read;
@@ -209,7 +210,7 @@ def _load_control(bundle: Bundle, where: str, src: Source) -> None:
             )
             continue
         seen.add(run.id)
-        src.control_runs.append(_load_run(bundle, where, gpu, run, order, src.findings))
+        src.control_runs.append(_load_run(bundle, where, gpu, run, order, src.findings, budget))
 
 
 def _first_of_each(runs: list[Run]) -> list[Run]:
@@ -280,6 +281,47 @@ def _check_parsed(at: dict[str, str], lr: LoadedRun) -> None:
         check_server(at.get("server") or "?", lr.server)
 
 
+@dataclass
+class _Budget:
+    """The per-request numbers a bundle's run files have given so far, held to
+    `limits.max_values`: a head can make its lists as long as it likes by streaming many
+    tiny chunks, and 800 runs of such lists once held 3.1 GB."""
+
+    most: int
+    used: int = 0
+
+    def charge(self, where: str, what: str, values: int) -> None:
+        self.used += values
+        if self.used > self.most:
+            raise BoundError(
+                where,
+                f"{what} bring the bundle's per-request values to {self.used}, "
+                f"more than {self.most}",
+            )
+
+
+def _check_values(at: dict[str, str], lr: LoadedRun, limits: Limits, budget: _Budget) -> None:
+    """No request's list of gaps is longer than `limits.max_list_values`, and the
+    bundle's per-request numbers stay within its budget; BoundError names the file and
+    the field."""
+    rec = lr.records
+    if rec is not None:
+        where = at.get("records") or at.get("speed") or "?"
+        field = rec.list_field
+        if rec.lengths.size and int(rec.lengths.max()) > limits.max_list_values:
+            i = int(rec.lengths.argmax())
+            raise BoundError(
+                where,
+                f"field {field!r} of request {rec.ids[i][:200]!r} holds {rec.lengths[i]} "
+                f"values, more than {limits.max_list_values}",
+            )
+        lists = int(rec.lengths.sum())
+        budget.charge(where, f"field {field!r}: {rec.n} requests and {lists} gaps", rec.values)
+    if lr.wer is not None:
+        where = at.get("wer") or at.get("records") or "?"
+        budget.charge(where, f"field 'per_sample': {len(lr.wer.ids)} samples", lr.wer.values)
+
+
 def _invalid(gpu: str, run_id: str | None, message: str) -> Finding:
     runs = [run_id] if run_id is not None else []
     return Finding(code="bundle-invalid", severity="error", message=message, gpu=gpu, runs=runs)
@@ -308,7 +350,13 @@ def read_run_file(
 
 
 def _load_run(
-    bundle: Bundle, where: str, gpu: str, run: Run, order: int, findings: list[Finding]
+    bundle: Bundle,
+    where: str,
+    gpu: str,
+    run: Run,
+    order: int,
+    findings: list[Finding],
+    budget: _Budget,
 ) -> LoadedRun:
     lr = LoadedRun(run=run, order=order)
     if run.status != "ok":
@@ -353,8 +401,12 @@ def _load_run(
         lr.records = got.get("speed")
     lr.wer = got.get("wer") or derived_wer
     lr.server = got.get("server")
-    _check_parsed({k: f"{where}/{v}" for k, v in wanted.items() if v}, lr)
+    at = {k: f"{where}/{v}" for k, v in wanted.items() if v}
+    _check_parsed(at, lr)
+    _check_values(at, lr, bundle.limits, budget)
     lr.metrics = run_metrics(lr.records, run.wall_clock_s, lr.server, lr.wer)
+    if lr.records is not None:
+        lr.records = lr.records.without_gaps()
     return lr
 
 

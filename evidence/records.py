@@ -13,7 +13,7 @@ import operator
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import chain, compress, repeat
 from typing import Any
 
@@ -23,6 +23,9 @@ import orjson
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
+IntArray = npt.NDArray[np.intp]
+# Formats of parallel arrays, whose per-request lists of gaps are `itls`.
+SERVING_FORMATS = frozenset({"vllm", "sglang-bench-serving"})
 
 # Per-request numeric fields read as they are (NaN where not reported) ...
 FIELDS: tuple[str, ...] = (
@@ -64,7 +67,10 @@ class RunRecords:
     ids: list[str]
     success: BoolArray
     cols: dict[str, FloatArray]
-    gaps: FloatArray  # inter-chunk gaps of successful requests, pooled as SGLang-Omni does
+    # Inter-chunk gaps of successful requests, pooled as SGLang-Omni does; empty once
+    # the loader has taken the run's p95 from them (`without_gaps`).
+    gaps: FloatArray
+    lengths: IntArray  # each request's count of gaps (the entries of its list)
     errors: dict[str, str] = field(default_factory=dict)  # id -> error of failed requests
     summary: dict[str, Any] | None = None
     duration_s: float | None = None  # the client's own wall clock, when the file has one
@@ -72,6 +78,23 @@ class RunRecords:
     @property
     def n(self) -> int:
         return len(self.ids)
+
+    @property
+    def list_field(self) -> str:
+        """The name of each request's list of gaps in this format."""
+        return "itls" if self.fmt in SERVING_FORMATS else "inter_chunk_s"
+
+    @property
+    def values(self) -> int:
+        """The per-request numbers the file gave: each request's figures and every entry
+        of its list of gaps (the failed requests' too)."""
+        return self.n * len(self.cols) + int(self.lengths.sum())
+
+    def without_gaps(self) -> RunRecords:
+        """These records less the pooled gaps. They serve only the run's inter-chunk p95
+        (`rounds.run_metrics`); dropped once it is taken, a bundle's memory grows with its
+        requests, not with the chunks a head chose to stream."""
+        return replace(self, gaps=np.empty(0))
 
     def unreported(self) -> list[str]:
         """The FIELDS no request of this run reports: missing from the data, not zero."""
@@ -205,7 +228,7 @@ def _whole_text(x: Any) -> Any:
     return x
 
 
-def _ragged(lists: list[Any], name: str) -> tuple[FloatArray, npt.NDArray[np.intp]]:
+def _ragged(lists: list[Any], name: str) -> tuple[FloatArray, IntArray]:
     """Per-request lists of numbers (`itls`, `inter_chunk_s`) as one flat array plus each
     request's length, so that per-request sums and extremes need no Python loop."""
     if set(map(type, lists)) != {list} and any(not isinstance(x, list) for x in lists):
@@ -219,9 +242,7 @@ def _is_true(values: Sequence[Any]) -> BoolArray:
     return np.fromiter(map(operator.is_, values, repeat(True)), dtype=np.bool_, count=len(values))
 
 
-def _row_reduce(
-    flat: FloatArray, lengths: npt.NDArray[np.intp], op: np.ufunc, empty: float
-) -> FloatArray:
+def _row_reduce(flat: FloatArray, lengths: IntArray, op: np.ufunc, empty: float) -> FloatArray:
     """`op` over each request's slice of `flat`; `empty` for a request with no values."""
     out = np.full(len(lengths), empty, dtype=np.float64)
     nonempty = lengths > 0
@@ -292,6 +313,7 @@ def _sglang_omni(doc: dict[str, Any]) -> RunRecords:
         success=success,
         cols=cols,
         gaps=gaps,
+        lengths=lengths,
         errors=errors,
         summary=_scalars(summary) if isinstance(summary, dict) else None,
     )
@@ -348,6 +370,7 @@ def _serving_arrays(doc: dict[str, Any]) -> RunRecords:
         success=success,
         cols=cols,
         gaps=gaps,
+        lengths=lengths,
         errors={ids[i]: str(e) for i, e in enumerate(errors_arr) if e},
         summary=_scalars(summary),
         duration_s=float(duration) if isinstance(duration, int | float) else None,
@@ -367,6 +390,11 @@ class WerRecords:
     errors_count: FloatArray
     summary: dict[str, Any] | None
     measure: str = "wer"
+
+    @property
+    def values(self) -> int:
+        """The per-sample numbers held: rate, reference words and edits of each."""
+        return len(self.ids) * 3
 
     def scored(self) -> set[str]:
         """The samples this file scored: transcribed, with a finite rate."""

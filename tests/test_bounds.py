@@ -9,14 +9,17 @@ import json
 import shutil
 import tarfile
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pytest
 from click.testing import CliRunner
 
 from bot.cli import main
-from evidence.errors import InputError
+from evidence.errors import BoundError, InputError
+from evidence.limits import Limits
 from evidence.load import load
 from tests.bundles import edit_manifest, edit_run, manifest, run_ids
 from tests.hostile import (
@@ -33,6 +36,7 @@ from tests.hostile import (
 )
 
 PEAK_MIB = 1024
+SERVING = Path(__file__).parent / "fixtures" / "serving"
 
 
 def _speed_rel(bundle: Path) -> str:
@@ -111,6 +115,16 @@ def test_the_bounds_are_settable(bundle: Path, tmp_path: Path) -> None:
     _refused(tmp_path, zipped, "members, more than 5", args=("--max-members", "5"))
     _refused(tmp_path, zipped, "more than 1000", args=("--max-member-bytes", "1000"))
     _refused(tmp_path, zipped, "16 runs, more than 3", args=("--max-runs", "3"))
+    _refused(
+        tmp_path,
+        zipped,
+        "speed_results.json: field 'inter_chunk_s' of request",
+        "values, more than 2",
+        args=("--max-list-values", "2"),
+    )
+    _refused(
+        tmp_path, zipped, "per-request values to", "more than 1000", args=("--max-values", "1000")
+    )
     _refused(
         tmp_path,
         zipped,
@@ -218,6 +232,87 @@ def test_json_nested_a_hundred_thousand_deep(bundle: Path, tmp_path: Path) -> No
 def test_a_manifest_nested_a_hundred_thousand_deep(bundle: Path, tmp_path: Path) -> None:
     (bundle / "manifest.json").write_bytes(b'{"x":' + b"[" * 100_000 + b"]" * 100_000 + b"}")
     _refused(tmp_path, bundle, "manifest.json: JSON nested deeper", measure=True)
+
+
+# ------------------------------------------------------------- values, not only bytes
+
+
+def _gaps_everywhere(bundle: Path, rows: int, gaps: int) -> bytes:
+    """One streaming run's speed file, its first `rows` rows each with `gaps` zeros."""
+    rid = run_ids(bundle, mode="streaming")[0]
+    doc = orjson.loads((bundle / f"runs/{rid}/speed_results.json").read_bytes())
+    given = doc["per_request"]
+    doc["per_request"] = [
+        {**given[i % len(given)], "id": f"s{i}", "inter_chunk_s": [0] * gaps} for i in range(rows)
+    ]
+    return orjson.dumps(doc)
+
+
+def test_a_bundle_of_800_runs_of_long_lists_is_refused(bundle: Path, tmp_path: Path) -> None:
+    """5 MB of zip, 754 MiB unpacked: each run's speed file has 128 rows of 3,627
+    `inter_chunk_s` zeros, just under 1 MiB, so below where the ratio is judged. It was
+    read whole, every run's gaps held (3.1 GB, 35 s); the values budget refuses it."""
+    speed = deflated(_gaps_everywhere(bundle, 128, 3627), "")
+    assert speed.size < MiB  # the ratio is not judged
+    doc = manifest(bundle)
+    run = next(r for r in doc["runs"] if r["mode"] == "streaming")
+    runs, members = [], []
+    for i in range(800):
+        rel = f"runs/r{i}/speed_results.json"
+        side = ("base", "head")[i % 2]
+        files = {"speed": rel}
+        runs.append({**run, "id": f"r{i}", "side": side, "round": i // 2 + 1, "files": files})
+        members.append(replace(speed, name=rel))
+    doc["runs"] = runs
+    members.append(deflated(orjson.dumps(doc), "manifest.json"))
+    crafted = write_zip(tmp_path / "rsi-bundle-v-crafted-h200.zip", members)
+    assert crafted.stat().st_size < 6 * MiB
+    got = run_cli(str(crafted), "--out", str(tmp_path / "out"))
+    assert got.code == 2, got.stderr[-3000:]
+    assert "/speed_results.json: field 'inter_chunk_s': 128 requests and" in got.stderr
+    assert "per-request values to 5" in got.stderr
+    assert "more than 50000000" in got.stderr
+
+
+def test_a_request_list_longer_than_its_bound(bundle: Path, tmp_path: Path) -> None:
+    """A head streaming 100,001 chunks for one request: no real request has so many."""
+    rid = run_ids(bundle, mode="streaming")[0]
+    req = ""
+
+    def long(rows: list[dict[str, object]], _run: dict[str, object]) -> None:
+        nonlocal req
+        rows[5]["inter_chunk_s"] = [0.001] * 100_001
+        req = str(rows[5]["id"])
+
+    edit_run(bundle, rid, long, resummarize=False)
+    _refused(
+        tmp_path,
+        bundle,
+        f"runs/{rid}/speed_results.json: field 'inter_chunk_s' of request {req!r} holds "
+        "100001 values, more than 100000",
+    )
+
+
+def test_the_list_of_the_parallel_array_formats_is_named(bundle: Path) -> None:
+    """vLLM's `itls`: the bound is the same, the field is named as the file names it."""
+    shutil.copy(SERVING / "vllm_bench_serve.json", bundle / _speed_rel(bundle))
+    with pytest.raises(BoundError, match=r"field 'itls' of request '\d+' holds \d+ values, more"):
+        load(bundle, Limits(max_list_values=3))
+
+
+def test_a_bundle_holds_no_gaps_once_its_runs_are_measured(bundle: Path) -> None:
+    """The pooled gaps serve only each run's inter-chunk p95: taken, then dropped, so
+    memory grows with requests, not with the chunks a head streams."""
+    src = load(bundle)
+    streaming = [lr for lr in src.runs if lr.run.mode == "streaming"]
+    assert streaming
+    for lr in streaming:
+        doc = orjson.loads((bundle / str(lr.run.files.speed)).read_bytes())
+        pooled = [g for r in doc["per_request"] if r["is_success"] for g in r["inter_chunk_s"]]
+        assert pooled
+        assert lr.metrics["inter_chunk_p95_s"] == pytest.approx(np.percentile(pooled, 95))
+        assert lr.records is not None
+        assert lr.records.gaps.size == 0
 
 
 # ------------------------------------------------------------------ physical ranges

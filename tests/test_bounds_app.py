@@ -158,3 +158,23 @@ def test_bundles_in_s3_are_streamed(
         x.settle()
         assert x.verification(vid).state == "published", x.reason(vid)
         assert x.svc.store.exists(f"bundles/{vid}/h200.zip")
+
+
+@pytest.mark.parametrize(
+    ("setting", "needle"),
+    [
+        ("RSI_BUNDLE_MAX_LIST_VALUES", "values, more than 2"),
+        ("RSI_BUNDLE_MAX_VALUES", "per-request values to"),
+    ],
+)
+def test_the_value_bounds_are_settings(
+    tmp_path: Path, github: GitHubStandIn, setting: str, needle: str
+) -> None:
+    """The engine reads the bundle under the App's own bounds, and says which it passed."""
+    with world("embedded", tmp_path, github, **{setting: 2}) as x:
+        vid = x.promote()
+        _give(x, vid, appkit.bundle_zip(x.tmp, vid))
+        assert x.verification(vid).state == "failed"
+        reason = x.reason(vid)
+    assert "speed_results.json: field 'inter_chunk_s'" in reason, reason
+    assert needle in reason, reason

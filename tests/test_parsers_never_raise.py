@@ -9,17 +9,22 @@ true) before any permission check, once per delivery attempt.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import tempfile
+from copy import deepcopy
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bot import commands, repo_config
 from evidence.errors import InputError
 from evidence.load import load
+from tests.asr_bundles import AsrSpec, write_asr_bundle
+from tests.bundles import clean_bundle
 
 SETTINGS = settings(
     max_examples=200,
@@ -131,3 +136,159 @@ def test_a_manifest_edited_anywhere_is_read_or_refused_by_name(
         except InputError as exc:  # BoundError is one: a refusal that names the file
             refusal = exc
         assert refusal is None or str(copy) in str(refusal)
+
+
+# ------------------------------------------------------------------ bundle members
+
+SERVING = Path(__file__).parent / "fixtures" / "serving"
+DELETE = object()  # an edit that removes the key (or list entry) instead of setting it
+MEMBER_VALUES = st.one_of(
+    JSON,
+    st.sampled_from(
+        [
+            DELETE,
+            10**400,  # Python's JSON reader takes it; no float holds it
+            -(10**400),
+            float("nan"),  # written as NaN, Infinity: the benchmarks' json.dumps does
+            float("inf"),
+            -1e308,
+            "\ud800",
+            [[0.1, 0.2]],
+            [0] * 3000,
+            {"per_request": []},
+        ]
+    ),
+)
+
+
+@pytest.fixture(scope="module")
+def templates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Small clean bundles of every format a run file can take: SGLang-Omni rows (speed,
+    accuracy, server), the two parallel-array formats, and both ASR benchmarks."""
+    root = tmp_path_factory.mktemp("members")
+    out = {"omni": clean_bundle(root / "omni", rounds=1, requests=6)}
+    serving = root / "serving"
+    shutil.copytree(out["omni"], serving)
+    doc = json.loads((serving / "manifest.json").read_text())
+    fixtures = ("vllm_bench_serve.json", "sglang_bench_serving.jsonl")
+    for run, name in zip(doc["runs"], fixtures, strict=False):
+        shutil.copy(SERVING / name, serving / run["files"]["speed"])
+    out["serving"] = serving
+    for kind in ("seedtts", "td"):
+        spec = AsrSpec(kind=kind, modes=("streaming",), rounds=1, requests=6)
+        out[kind] = write_asr_bundle(root / kind, spec)
+    return out
+
+
+def _members(bundle: Path) -> list[str]:
+    """Every file the manifest names for a run: the members the engine parses."""
+    doc = json.loads((bundle / "manifest.json").read_text())
+    kinds = ("speed", "records", "wer", "server")
+    return sorted({run["files"][k] for run in doc["runs"] for k in kinds if run["files"].get(k)})
+
+
+def _draw_place(data: st.DataObject, doc: Any) -> list[Any]:
+    """A path into `doc` drawn from its own structure, going deeper three times in four."""
+    path: list[Any] = []
+    cur = doc
+    while isinstance(cur, dict | list) and cur and data.draw(st.integers(0, 3)) > 0:
+        key = data.draw(st.sampled_from(list(cur) if isinstance(cur, dict) else range(len(cur))))
+        path.append(key)
+        cur = cur[key]
+    return path
+
+
+def _set(doc: Any, path: list[Any], value: Any) -> Any:
+    """`doc` with `value` at `path` (DELETE removes it); the whole document when empty."""
+    if not path:
+        return {} if value is DELETE else value
+    cur = doc
+    for key in path[:-1]:
+        cur = cur[key]
+    if value is DELETE:
+        del cur[path[-1]]
+    else:
+        cur[path[-1]] = value
+    return doc
+
+
+def _read_or_refused(bundle: Path) -> None:
+    """`load` gives a value or the engine's own refusal naming the bundle, nothing else."""
+    refusal: InputError | None = None
+    try:
+        load(bundle)
+    except InputError as exc:  # BoundError is one
+        refusal = exc
+    assert refusal is None or str(bundle) in str(refusal)
+
+
+def _edited(data: st.DataObject, text: str) -> str:
+    """A JSON (or JSON Lines) document with up to three values set or removed anywhere."""
+    try:
+        doc: Any = json.loads(text)
+        lines = False
+    except json.JSONDecodeError:
+        doc, lines = [json.loads(ln) for ln in text.splitlines() if ln.strip()], True
+    for _ in range(data.draw(st.integers(1, 3))):
+        value = data.draw(MEMBER_VALUES)  # copied: edits must not change the strategy's own
+        doc = _set(doc, _draw_place(data, doc), value if value is DELETE else deepcopy(value))
+    if lines and isinstance(doc, list):
+        return "\n".join(json.dumps(row) for row in doc)
+    return json.dumps(doc)
+
+
+def _mutated(data: st.DataObject, raw: bytes, hot: list[int]) -> bytes:
+    """`raw` with a few bytes overwritten or inserted (near the offsets in `hot` half the
+    time, where formats keep their headers), or cut short."""
+    out = bytearray(raw)
+    for _ in range(data.draw(st.integers(1, 4))):
+        near = data.draw(st.sampled_from(hot)) if hot and data.draw(st.booleans()) else 0
+        at = min(near + data.draw(st.integers(0, 64 if near else max(len(out) - 1, 0))), len(out))
+        piece = data.draw(st.binary(min_size=1, max_size=4))
+        if data.draw(st.booleans()):
+            out[at : at + len(piece)] = piece
+        else:
+            out[at:at] = piece
+    if data.draw(st.integers(0, 5)) == 0:
+        del out[data.draw(st.integers(0, len(out))) :]
+    return bytes(out)
+
+
+@SETTINGS
+@given(data=st.data())
+def test_a_run_file_edited_anywhere_is_read_or_refused_by_name(
+    templates: dict[str, Path], data: st.DataObject
+) -> None:
+    """Every run file the engine parses, in every format, with any value set or removed
+    at any place of its own structure, or its bytes mutated."""
+    name = data.draw(st.sampled_from(sorted(templates)))
+    with tempfile.TemporaryDirectory() as tmp:
+        bundle = Path(tmp) / name
+        shutil.copytree(templates[name], bundle)
+        member = bundle / data.draw(st.sampled_from(_members(bundle)))
+        raw = member.read_bytes()
+        if data.draw(st.booleans()):
+            member.write_text(_edited(data, raw.decode()))
+        else:
+            member.write_bytes(_mutated(data, raw, []))
+        _read_or_refused(bundle)
+
+
+def _headers(raw: bytes) -> list[int]:
+    """Where a zip's local, central and end records start, and a tarball's gzip header."""
+    marks = (b"PK\x03\x04", b"PK\x01\x02", b"PK\x05\x06", b"\x1f\x8b")
+    return sorted(m.start() for mark in marks for m in re.finditer(re.escape(mark), raw))
+
+
+@SETTINGS
+@given(data=st.data(), packing=st.sampled_from(["zip", "gztar"]))
+def test_an_archive_mutated_anywhere_is_read_or_refused_by_name(
+    templates: dict[str, Path], data: st.DataObject, packing: str
+) -> None:
+    """A bundle's archive, zip or tarball, with bytes overwritten or inserted anywhere
+    (its headers most often) or cut short."""
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = Path(shutil.make_archive(str(Path(tmp) / "b"), packing, templates["omni"]))
+        raw = archive.read_bytes()
+        archive.write_bytes(_mutated(data, raw, _headers(raw)))
+        _read_or_refused(archive)

@@ -287,6 +287,8 @@ def bundle_limits(svc: Services) -> Limits:
         max_ratio=st.RSI_BUNDLE_MAX_RATIO,
         max_json_bytes=st.RSI_BUNDLE_MAX_JSON_BYTES,
         max_runs=st.RSI_BUNDLE_MAX_RUNS,
+        max_list_values=st.RSI_BUNDLE_MAX_LIST_VALUES,
+        max_values=st.RSI_BUNDLE_MAX_VALUES,
     )
 
 
