@@ -43,7 +43,6 @@ whether it changed (`If-None-Match`: a 304 costs no rate limit and no parse).
 from __future__ import annotations
 
 import difflib
-import html
 import json
 import logging
 import re
@@ -52,6 +51,7 @@ from dataclasses import dataclass, replace
 from typing import Annotated, Any, Literal
 
 import yaml
+from markupsafe import Markup
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -62,7 +62,9 @@ from pydantic import (
     field_validator,
 )
 
+from evidence import inert
 from evidence.policy import Policy
+from evidence.render import macro
 
 log = logging.getLogger(__name__)
 
@@ -192,18 +194,6 @@ def _control(value: Any) -> Any:
     return _lower(value)
 
 
-# How each design and control reads in the config's one-line summary.
-DESIGN_WORDS: dict[str, str] = {
-    "auto": "design auto (the task's own)",
-    "alternate": "design alternate (both servers resident, bursts in pairs)",
-    "sequential": "design sequential (a server start per round)",
-}
-CONTROL_WORDS: dict[str, str] = {
-    "none": "no null control",
-    "aa": "a null control (base against base)",
-}
-
-
 def _rounds(value: Any) -> Any:
     """`rounds` is a whole number of rounds a side or `auto`; nothing else (not `true`,
     not `"5"`)."""
@@ -220,9 +210,12 @@ Rounds = Annotated[int | Literal["auto"], BeforeValidator(_rounds)]
 def rounds_phrase(rounds: int, adaptive: bool) -> str:
     """How many rounds a verification runs, in words: "5 rounds a side", or
     "rounds until decided (at most 10 a side)"."""
-    if adaptive:
-        return f"rounds until decided (at most {rounds} a side)"
-    return f"{rounds} round{'' if rounds == 1 else 's'} a side"
+    return _words("rounds_phrase", rounds, adaptive)
+
+
+def _words(name: str, *args: Any) -> str:
+    """A plain-text message of `pr_templates/repo_config.txt.j2`."""
+    return macro("repo_config.txt.j2", name, *args)
 
 
 @dataclass(frozen=True)
@@ -337,14 +330,11 @@ class RepoConfig(BaseModel):
     def rounds_problem(self, rounds: int | str) -> str | None:
         """Why a command may not ask `rounds` (None when it may)."""
         if not isinstance(rounds, int):
-            return None if rounds == AUTO else f"rounds must be a number or auto, not {rounds}"
+            return None if rounds == AUTO else _words("rounds_not_a_number", rounds)
         if rounds < MIN_ROUNDS:
-            return f"at least {MIN_ROUNDS} rounds a side are needed for an interval, {rounds} asked"
+            return _words("rounds_too_few", rounds, MIN_ROUNDS)
         if rounds > self.budget.max_rounds:
-            return (
-                f"{rounds} rounds is more than this repository's budget "
-                f"({self.budget.max_rounds}, `budget.max_rounds` in `{CONFIG_PATH}`)"
-            )
+            return _words("rounds_over_budget", rounds, self.budget.max_rounds, CONFIG_PATH)
         return None
 
     def plan(
@@ -358,10 +348,7 @@ class RepoConfig(BaseModel):
             asked = _unique([g.upper() for g in gpus])
             outside = [g for g in asked if g not in self.gpus]
             if outside:
-                return (
-                    f"{', '.join(outside)} {'is' if len(outside) == 1 else 'are'} not among "
-                    f"this repository's GPUs ({', '.join(self.gpus)}; `gpus` in `{CONFIG_PATH}`)"
-                )
+                return _words("gpus_outside", outside, self.gpus, CONFIG_PATH)
             chosen = asked
         n = self.rounds if rounds is None else rounds
         problem = self.rounds_problem(n)
@@ -390,29 +377,13 @@ class RepoConfig(BaseModel):
 
     def summary(self) -> str:
         """One line for humans: what a verification will do under this config."""
-        t = self.thresholds
         b = self.budget
         rounds = (
             rounds_phrase(b.max_rounds, True)
             if self.rounds == AUTO
             else rounds_phrase(int(self.rounds), False)
         )
-        minutes = (
-            "no GPU-minute limit"
-            if b.gpu_minutes is None
-            else f"at most {b.gpu_minutes:g} GPU minutes a verification and GPU kind"
-        )
-        return (
-            f"GPUs {', '.join(self.gpus)}; {rounds}; {', '.join(self.modes)}; "
-            f"practical threshold {t.practical_pct:g}%; guards latency p95 "
-            f"{t.latency_p95_pct:g}%, TTFA p95 {t.ttfa_p95_pct:g}%, text TTFT p95 "
-            f"{t.text_ttft_p95_pct:g}%, WER +{t.wer_increase:g}, "
-            f"failure rate {t.failure_rate:g}, other rows "
-            f"{self.guards.other_rows_pct:g}%; approval {self.approval}; at most "
-            f"{b.max_rounds} rounds a side, {minutes} and {b.max_running} "
-            f"verification(s) at once; base {self.base}; {DESIGN_WORDS[self.design]}, "
-            f"{CONTROL_WORDS[self.control]}"
-        )
+        return _words("summary", self, rounds)
 
 
 # --- parsing -----------------------------------------------------------------------------
@@ -611,59 +582,35 @@ def _duplicates(node: yaml.Node | None, loc: tuple[int | str, ...]) -> Any:
 
 
 def code_span(text: str) -> str:
-    """`text` as a Markdown code span, whatever backticks it holds."""
-    text = text.replace("\n", " ")
+    """`text` as a Markdown code span, whatever backticks it holds, on one line and
+    without control characters (a bidirectional override would reorder what follows)."""
+    text = inert.clean(text)
     fence = "`" * (max(map(len, re.findall("`+", text)), default=0) + 1)
     pad = " " if text.startswith("`") or text.endswith("`") else ""
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def render_error(result: ConfigResult) -> str:
-    """Markdown for the PR when `.github/rsi.yml` is malformed ("" when it is not)."""
+    """Markdown for the PR when `.github/rsi.yml` is malformed ("" when it is not):
+    `config_error` of `pr_templates/repo_config.md.j2`."""
     if result.error is None:
         return ""
-    name = code_span(result.path)
-    link = f"[{name}]({result.html_url})" if result.html_url else name
-    sha = f" (blob {code_span(result.sha[:7])})" if result.sha else ""
-    lines = [
-        f"### ⚠️ {name} is not valid",
-        "",
-        f"rsi-bot read {link}{sha} from the default branch and could not use it:",
-        "",
-    ]
-    for p in result.problems[:MAX_PROBLEMS]:
-        where = []
-        if p.line is not None:
-            at = f"line {p.line}" + (f", column {p.column}" if p.column else "")
-            where.append(f"[{at}]({result.html_url}#L{p.line})" if result.html_url else at)
-        if p.field:
-            where.append(code_span(p.field))
-        head = f"**{' · '.join(where)}**: " if where else ""
-        lines.append(f"- {head}{_inline(p.message)}")
-    if len(result.problems) > MAX_PROBLEMS:
-        lines.append(f"- … and {len(result.problems) - MAX_PROBLEMS} more")
-    if not result.problems:
-        lines.append(f"- {_inline(result.error)}")
-    lines += [
-        "",
-        f"**Until it is fixed, this repository runs with the defaults:** {RepoConfig().summary()}.",
-        "",
-        f"Fix {name} on the default branch; rsi-bot reads it again at the next command or push.",
-        "",
-    ]
-    return "\n".join(lines)
+    shown = result.problems[:MAX_PROBLEMS]
+    more = len(result.problems) - len(shown)
+    defaults = RepoConfig().summary()
+    md = macro("repo_config.md.j2", "config_error", result, shown, more, defaults, _inline)
+    return md + "\n"
 
 
 _SPAN = re.compile(r"(`+)(?!`).*?(?<!`)\1(?!`)")
 
 
-def _inline(message: str) -> str:
-    """A problem message on one Markdown line: HTML-like text outside its code spans is
-    escaped (`<block end>` would otherwise vanish), the spans are kept as they are."""
-    message = message.replace("\n", " ")
+def _inline(message: str) -> Markup:
+    """A problem message on one Markdown line: its code spans (the file's keys and
+    values, quoted by `code_span`) kept as they are, the text around them inert."""
     out, at = [], 0
     for span in _SPAN.finditer(message):
-        out += [html.escape(message[at : span.start()], quote=False), span.group(0)]
+        out += [inert.text(message[at : span.start()]), span.group(0)]
         at = span.end()
-    out.append(html.escape(message[at:], quote=False))
-    return "".join(out)
+    out.append(inert.text(message[at:]))
+    return Markup("".join(out))
