@@ -47,8 +47,8 @@ COMMENT_MARKER = "<!-- rsi-bot:evidence -->"
 SECTION_START = "<!-- rsi-bot:evidence-section:start -->"
 SECTION_END = "<!-- rsi-bot:evidence-section:end -->"
 
-COMMENT_LIMIT = 65_536  # GitHub: issue comment body
-CHECK_LIMIT = 65_535  # GitHub: check-run output summary
+COMMENT_LIMIT = 65_536  # GitHub: issue comment and PR body (bot.github.api cuts to it too)
+CHECK_LIMIT = 65_535  # GitHub: check-run output summary and text
 FINDINGS_PER_CODE = 3  # findings listed per code once the list must be capped
 ITEMS_SHOWN = 5  # run ids / sample ids listed per finding in Markdown
 CODES_SHOWN = 12  # codes named per severity in the audit summary counts
@@ -160,6 +160,17 @@ def _items(items: list[str], n: int = ITEMS_SHOWN) -> Markup:
 
 def _render(template: str, **context: Any) -> str:
     return _env().get_template(template).render(**context)
+
+
+def macro(template: str, name: str, *args: Any) -> str:
+    """What macro `name` of `template` says with `args`, without the white space around
+    it: a message is a macro, so its words stay in `pr_templates/`."""
+    return str(getattr(_module(template), name)(*args)).strip()
+
+
+@functools.cache
+def _module(template: str) -> Any:
+    return _env().get_template(template).module
 
 
 def _render_md(template: str, **context: Any) -> str:
@@ -1017,20 +1028,24 @@ CHECK_LEVELS: tuple[Detail, ...] = (
 
 
 def _fit(
-    render: Callable[[Detail, bool], str], levels: tuple[Detail, ...], tail: str, limit: int
+    render: Callable[[Detail, bool], str],
+    levels: tuple[Detail, ...],
+    tail: str,
+    limit: int,
+    link: str | None,
 ) -> str:
     """The first level whose text fits `limit`; else the last level cut to fit."""
     for d in levels:
         text = render(d, True)
         if len(text) <= limit:
             return text
-    return hard_trim(render(levels[-1], False), tail, limit)
+    return hard_trim(render(levels[-1], False), tail, limit, link)
 
 
-_CUT_NOTE = (
-    "\n\n*This text was cut here to fit GitHub's limit of {limit:,} characters; "
-    "the full report has everything.*\n\n"
-)
+def cut_notice(link: str | None = None) -> str:
+    """The one wording of a cut: the note that ends a text cut to fit GitHub's limit,
+    linking the whole text when there is a `link` (`pr_templates/cut.md.j2`)."""
+    return macro("cut.md.j2", "notice", link)
 
 
 def _cut_at_line(text: str, n: int) -> str:
@@ -1084,9 +1099,10 @@ def author_closers(text: str) -> str:
     return out + "\n" if out else ""
 
 
-def hard_trim(body: str, tail: str, limit: int) -> str:
-    """`body` cut at a line break so that body, a closing note and `tail` fit `limit`."""
-    note = _CUT_NOTE.format(limit=limit)
+def hard_trim(body: str, tail: str, limit: int, link: str | None = None) -> str:
+    """`body` cut at a line break so that body, a closing note (`cut_notice`, with
+    `link`) and `tail` fit `limit`."""
+    note = f"\n\n{cut_notice(link)}\n\n"
     budget = limit - len(note) - len(tail)
     if budget < 0:  # the tail alone does not fit: keep what does, from its start
         return tail[:limit]
@@ -1144,7 +1160,8 @@ def render_comment(ev: Evidence, report_url: str | None, limit: int | None = Non
             environments=environment_views(ev) if d.extras else [],
         )
 
-    return _fit(render, COMMENT_LEVELS, _tail(ev, report_url), limit or COMMENT_LIMIT)
+    limit = limit or COMMENT_LIMIT
+    return _fit(render, COMMENT_LEVELS, _tail(ev, report_url), limit, report_url)
 
 
 def render_check(ev: Evidence, report_url: str | None) -> str:
@@ -1167,7 +1184,7 @@ def render_check(ev: Evidence, report_url: str | None) -> str:
             ),
         )
 
-    return _fit(render, CHECK_LEVELS, _tail(ev, report_url), CHECK_LIMIT)
+    return _fit(render, CHECK_LEVELS, _tail(ev, report_url), CHECK_LIMIT, report_url)
 
 
 def render_pr_section(ev: Evidence, report_url: str | None) -> str:

@@ -314,7 +314,7 @@ def test_giant_caveats_force_a_hard_trim(improved: Evidence) -> None:
         assert ends_with_reproduce(text, ev)
         assert f"Full report: {REPORT_URL}" in text
     comment = render_comment(ev, REPORT_URL)
-    assert "This text was cut here to fit GitHub's limit of 65,536 characters" in comment
+    assert f"… cut to fit GitHub's limit; [the full text]({REPORT_URL})." in comment
     assert comment.count("<details>") == comment.count("</details>")
 
 
@@ -360,7 +360,7 @@ def test_comment_levels_in_order(improved: Evidence, monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(render, "COMMENT_LIMIT", len(summary) - 1)
     cut = render_comment(ev, REPORT_URL)
     assert len(cut) <= len(summary) - 1
-    assert "This text was cut here" in cut
+    assert "cut to fit GitHub's limit" in cut
 
     for text in (full, key_only, capped, summary, cut):
         assert text.startswith(COMMENT_MARKER)
@@ -402,7 +402,7 @@ def test_hard_trim_closes_what_the_cut_left_open() -> None:
     body = "intro\n<details><summary>x</summary>\n\n```\n" + "line\n" * 500 + "```\n</details>\n"
     text = render.hard_trim(body, "\n### Reproduce\n", 400)
     assert len(text) <= 400
-    kept = text.split("*This text was cut")[0]
+    kept = text.split("… cut to fit")[0]
     assert kept.count("```") % 2 == 0
     assert kept.count("<details>") == kept.count("</details>")
     assert text.endswith("\n### Reproduce\n")

@@ -23,11 +23,11 @@ from requests import RequestException
 from bot.github.attribution import other_pulls
 from bot.github.client import GitHubApp, TooLarge
 from evidence.model import AttributionEntry
+from evidence.render import CHECK_LIMIT, COMMENT_LIMIT, cut_notice
 
 log = logging.getLogger(__name__)
 
-COMMENT_LIMIT = 65_536  # issue comments and PR bodies
-CHECK_TEXT_LIMIT = 65_535  # check-run output summary and text
+CHECK_TEXT_LIMIT = CHECK_LIMIT  # GitHub's limits are evidence.render's, said once
 CHECK_TITLE_LIMIT = 255  # check-run output title (GitHub cuts longer; we cut first)
 
 
@@ -40,11 +40,11 @@ class GitHubError(Exception):
 
 
 def fit(text: str, limit: int, link: str | None = None) -> str:
-    """`text` cut to `limit` characters with a notice (and a link to the whole) at the end."""
+    """`text` cut to `limit` characters with a notice (and a link to the whole) at the end:
+    the last resort of every text the App writes (the evidence cuts itself first)."""
     if len(text) <= limit:
         return text
-    notice = "\n\n… cut to fit GitHub's limit" + (f"; [the full text]({link})" if link else "")
-    notice += ".\n"
+    notice = f"\n\n{cut_notice(link)}\n"
     if len(notice) >= limit:
         return text[:limit]
     return text[: limit - len(notice)] + notice
