@@ -68,30 +68,12 @@ def report(vid: str) -> Response:
 
 
 def _pending(rt: Services, vid: str) -> Response:
-    """The page of a verification without a stored report, or 404 for an unknown one:
-    `pr_templates/pending.html.j2`; an ended one says why, in the words of its end
-    reason (`messages.reason_plain`)."""
+    """The page of a verification without a stored report, or 404 for an unknown one."""
     with rt.db.session() as s:
         v = s.get(Verification, vid)
         if v is None:
             abort(404)
-        state, repo, pr, task = v.state, v.repo, v.pr_number, v.task
-        why = Reason.from_json(v.end_reason)
-    ended = state in ENDED
-    page = (
-        environment()
-        .get_template("pending.html.j2")
-        .render(
-            vid=vid,
-            state=state,
-            repo=repo,
-            pr=pr,
-            task=task,
-            ended=ended,
-            why=messages.reason_plain(why) if ended and why is not None else None,
-            retry_after=RETRY_AFTER_S,
-        )
-    )
+        page, ended = pending_page(v)
     resp = Response(page, status=200 if ended else 202, mimetype="text/html")
     resp.headers["Cache-Control"] = "no-cache, no-store, private"
     if not ended:
@@ -99,6 +81,28 @@ def _pending(rt: Services, vid: str) -> Response:
     resp.headers["X-Content-Type-Options"] = "nosniff"
     resp.headers["Referrer-Policy"] = "no-referrer"
     return resp
+
+
+def pending_page(v: Verification) -> tuple[str, bool]:
+    """`pr_templates/pending.html.j2` for `v`, and whether `v` ended without a report:
+    an ended one says why, in the words of its end reason (`messages.reason_plain`)."""
+    ended = v.state in ENDED
+    why = Reason.from_json(v.end_reason) if ended else None
+    page = (
+        environment()
+        .get_template("pending.html.j2")
+        .render(
+            vid=v.id,
+            state=v.state,
+            repo=v.repo,
+            pr=v.pr_number,
+            task=v.task,
+            ended=ended,
+            why=messages.reason_plain(why) if why is not None else None,
+            retry_after=RETRY_AFTER_S,
+        )
+    )
+    return page, ended
 
 
 @bp.get("/reports/<vid>/plots/<name>.png")
