@@ -86,6 +86,11 @@ def status_section(v: Verification) -> str:
     return f"{SECTION_START}\n{_say('status_section', v)}\n{SECTION_END}\n"
 
 
+def not_measured_section(vid: str, why: Reason) -> str:
+    """The PR body's section when nothing of the PR's head is measured, and why."""
+    return f"{SECTION_START}\n{_say('not_measured_section', vid, why)}\n{SECTION_END}\n"
+
+
 def pr_opening(candidate: Candidate, compare_url: str, section: str) -> str:
     return (
         environment()

@@ -61,6 +61,7 @@ SAMPLE_EVENTS: list[M.Event] = [
     M.Cancel(Reason(R.CANCELLED_BY, {"user": "alice"})),
     M.Supersede("v-0000000001", "f" * 40),
     M.StepFailed("Dispatch", "GitHub unreachable", 6),
+    M.HeadNotTip("a" * 40, "c" * 40, "fork:branch"),
     M.Dispatched("H999"),
     M.RunStarted("H999"),
     M.RunCompleted("H999", "success"),
@@ -279,6 +280,18 @@ def test_supersede_says_nothing_on_the_comment_and_notifies_nobody() -> None:
     assert v.state == M.State.SUPERSEDED
     assert "UpsertComment" not in kinds(e)
     assert "Notify" not in kinds(e)
+
+
+def test_a_promoted_commit_that_is_not_the_prs_head_is_never_dispatched() -> None:
+    """The PR shows another head than the promoted one: the dispatches under way are
+    cancelled before they reach GitHub, and the reason names both commits and the branch."""
+    v, effects = run(fresh(), M.Start(), M.HeadNotTip("a" * 40, "c" * 40, "fork:branch"))
+    assert v.state == M.State.FAILED
+    assert all(j.state == M.JobState.CANCELLED for j in v.jobs)
+    assert v.reason == Reason(R.HEAD_NOT_TIP)
+    assert v.reason is not None
+    assert v.reason.params == {"sha": "a" * 40, "tip": "c" * 40, "branch": "fork:branch"}
+    assert "UpsertComment" in kinds(effects)
 
 
 def test_evidence_failure_only_while_ingesting() -> None:

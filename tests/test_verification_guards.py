@@ -205,6 +205,8 @@ def test_a_reason_for_every_code_renders() -> None:
         "state": "closed",
         "id": "v-1",
         "sha": "a" * 40,
+        "tip": "c" * 40,
+        "branch": "fork:branch",
         "step": "Ingest",
         "error": "e",
         "attempts": 3,

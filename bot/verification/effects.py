@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from bot import approvals, messages
 from bot.artifacts import TooLarge as ArtifactTooLarge
 from bot.artifacts import save_to_file
-from bot.github.api import GitHubError
+from bot.github.api import GitHubError, Pull
 from bot.github.client import TooLarge
 from bot.models import BaselineMeasurement, PullRequest, RunnerJob, Verification, utcnow
 from bot.verification import machine as M
@@ -80,18 +80,26 @@ def _job(v: Verification, gpu: str) -> RunnerJob:
 # ----------------------------------------------------------------------- start
 
 
-def ensure_pull_request(svc: Services, vid: str, e: M.EnsurePullRequest) -> None:
+def ensure_pull_request(svc: Services, vid: str, e: M.EnsurePullRequest) -> M.Event | None:
+    """Open the PR from the candidate's branch, or attach to the one that exists. GitHub
+    opens a PR at its branch's tip, whatever the intake said: a promoted commit that is
+    not the PR's head is not measured (`HeadNotTip`), so evidence is never of a commit
+    the PR does not show."""
     with svc.db.session() as s:
         v = _load(s, vid)
-        if store.pull_request(s, v.repo, v.pr_number) is not None:
-            return
-        number, repo = v.pr_number, v.repo
+        tracked = store.pull_request(s, v.repo, v.pr_number)
+        number, repo, base_sha, sha = v.pr_number, v.repo, v.base_sha, v.head_sha
+        # Only a candidate's head, before anything ran, is checked: a push's or a
+        # command's head was the PR's head when it was asked for.
+        check = v.trigger == "intake" and v.state == M.State.QUEUED.value
         cand = Candidate.model_validate(v.candidate, context={"stored": True})
         # Always `owner:branch`: GitHub ignores a bare branch in the `head` filter and
         # would list every open PR when attaching to an existing one.
         head = f"{v.head_repo.split('/')[0]}:{v.head_ref}"
         url = compare_url(svc.settings.web_url, v.repo, v.base_sha, v.head_sha, v.head_repo)
         body = fit_pr_body(messages.pr_opening(cand, url, messages.status_section(v)))
+    if tracked is not None:  # a PR the candidate names, or this effect carried out again
+        return _not_the_head(vid, sha, svc.github.pull(repo, tracked.number)) if check else None
     opened = False
     if number is not None:
         pull = svc.github.pull(repo, number)
@@ -100,6 +108,8 @@ def ensure_pull_request(svc: Services, vid: str, e: M.EnsurePullRequest) -> None
         pull, opened = svc.github.open_pull(
             repo, base=base, head=head, title=messages.pr_title(cand), body=body
         )
+    if opened and pull.head_sha != sha:
+        _opened_elsewhere(svc, vid, repo, cand, base_sha, _head_not_tip(sha, pull), pull)
     iid = svc.github.installation_id(repo)
     with svc.db.session() as s:
         v = _load(s, vid)
@@ -120,6 +130,35 @@ def ensure_pull_request(svc: Services, vid: str, e: M.EnsurePullRequest) -> None
             # Its head is known from now: comments written earlier approve nothing.
             approvals.record_head(s, repo, pull.number, pull.head_sha, f"read:{vid}", utcnow())
     _report_config_error(svc, vid)
+    return _not_the_head(vid, sha, pull) if check else None
+
+
+def _opened_elsewhere(
+    svc: Services,
+    vid: str,
+    repo: str,
+    cand: Candidate,
+    base_sha: str,
+    why: M.HeadNotTip,
+    pull: Pull,
+) -> None:
+    """The App just opened the PR at another head than the promoted one: its body, all
+    the App's own, compares the head the PR shows and says that nothing is measured."""
+    url = compare_url(svc.settings.web_url, repo, base_sha, pull.head_sha, pull.head_repo)
+    said = messages.not_measured_section(vid, why.reason)
+    svc.github.edit_pull_body(repo, pull.number, fit_pr_body(messages.pr_opening(cand, url, said)))
+
+
+def _head_not_tip(sha: str, pull: Pull) -> M.HeadNotTip:
+    return M.HeadNotTip(sha, pull.head_sha, f"{pull.head_repo.split('/')[0]}:{pull.head_ref}")
+
+
+def _not_the_head(vid: str, sha: str, pull: Pull) -> M.Event | None:
+    """`HeadNotTip` when the PR shows another head than the promoted `sha`."""
+    if pull.head_sha == sha:
+        return None
+    log.warning("%s: the PR's head is %s, not the promoted %s", vid, pull.head_sha, sha)
+    return _head_not_tip(sha, pull)
 
 
 def _report_config_error(svc: Services, vid: str) -> None:
@@ -140,8 +179,8 @@ def _report_config_error(svc: Services, vid: str) -> None:
 def ensure_check_run(svc: Services, vid: str, e: M.EnsureCheckRun) -> None:
     with svc.db.session() as s:
         v = _load(s, vid)
-        if v.check_run_id is not None:
-            return
+        if v.check_run_id is not None or M.State(v.state).final:
+            return  # one check run; none for a verification that ended before it began
         repo, head = v.repo, v.head_sha
         title, summary = messages.check_queued(v)
     run_id = svc.github.create_check_run(

@@ -172,6 +172,20 @@ class Supersede:
 
 
 @dataclass(frozen=True)
+class HeadNotTip:
+    """The PR shows `tip`, not the promoted `sha` (the branch moved, or the PR it names
+    is elsewhere): evidence of `sha` would be of a commit the PR does not show."""
+
+    sha: str
+    tip: str
+    branch: str
+
+    @property
+    def reason(self) -> Reason:
+        return Reason(R.HEAD_NOT_TIP, {"sha": self.sha, "tip": self.tip, "branch": self.branch})
+
+
+@dataclass(frozen=True)
 class StepFailed:
     """An effect failed its last attempt: end rather than retry for ever."""
 
@@ -193,6 +207,7 @@ Event = (
     | EvidenceFailed
     | Cancel
     | Supersede
+    | HeadNotTip
     | StepFailed
 )
 
@@ -358,6 +373,8 @@ def step(v: Verification, event: Event) -> tuple[Verification, tuple[Effect, ...
         case Supersede():
             reason = Reason(R.SUPERSEDED_BY, {"id": event.by, "sha": event.sha})
             return _end(v, State.SUPERSEDED, reason, comment=False, notify=False)
+        case HeadNotTip():
+            return _end(v, State.FAILED, event.reason)
         case StepFailed():
             reason = Reason(
                 R.STEP_FAILED,

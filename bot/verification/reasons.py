@@ -24,6 +24,7 @@ PR_CLOSED = "pr-closed"  # {state}: closed or merged
 SUPERSEDED_BY = "superseded-by"  # {id, sha}
 STEP_FAILED = "step-failed"  # {step, error, attempts}
 HEAD_MOVED = "head-moved"  # {sha}: the approved head is no longer the PR's head
+HEAD_NOT_TIP = "head-not-tip"  # {sha, tip, branch}: the PR shows `tip`, not the promoted `sha`
 
 CODES = frozenset(
     {
@@ -40,6 +41,7 @@ CODES = frozenset(
         SUPERSEDED_BY,
         STEP_FAILED,
         HEAD_MOVED,
+        HEAD_NOT_TIP,
     }
 )
 
