@@ -60,8 +60,10 @@ CODES = (
     "superseded-by",
     "step-failed",
     "head-moved",
+    "head-not-tip",
 )
 NAMES = ("gpu", "conclusion", "minutes", "artifact", "user", "state", "id", "sha", "step")
+NAMES += ("tip", "branch")
 PARAMS = dict.fromkeys(NAMES, WORDS) | {"url": URL, "problem": WORDS + LONG, "error": WORDS + LONG}
 PARAMS["attempts"] = WORDS
 
