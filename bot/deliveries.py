@@ -1,7 +1,9 @@
 """Processing stored webhook deliveries, and finding the lost ones again.
 
 A delivery is claimed atomically (a re-queued copy of its job then finds it taken or
-done and does nothing), handed to the handlers, and marked done. Deliveries whose job
+done and does nothing), handed to the handlers, and marked done. A handler's exception
+ends it `failed` once, with one log record, unless it is an outage a retry may outlast
+(`transient`): only those are retried by the queue. Deliveries whose job
 was lost are queued again by the reconciler; deliveries GitHub could not make to us
 (the acknowledgement answered 500 during a database outage) are redelivered on request.
 """
@@ -16,6 +18,7 @@ import orjson
 from sqlalchemy import select, update
 
 from bot import handlers
+from bot.github.api import GitHubError
 from bot.models import Delivery, utcnow
 
 if TYPE_CHECKING:
@@ -76,13 +79,24 @@ def process(svc: Services, delivery_id: str) -> None:
         # A field missing or of another type: the same payload fails the same way on
         # every retry, so it fails once, saying what was wrong.
         why = f"the payload could not be read ({type(exc).__name__}: {exc})"[:2000]
-        with svc.db.session() as s:
-            d = s.get(Delivery, delivery_id)
-            assert d is not None
-            d.status, d.processed_at, d.claimed_until, d.error = "failed", utcnow(), None, why
+        _fail(svc, delivery_id, why)
         log.error("delivery %s (%s.%s): %s", delivery_id, event, action, why[:300])
         return
     except Exception as exc:
+        if not transient(exc):
+            # A bug, or GitHub refusing: every retry would fail the same way, with a
+            # traceback each. It fails once, with one record (the traceback is the bug's).
+            _fail(svc, delivery_id, f"{type(exc).__name__}: {exc}"[:2000])
+            log.exception(
+                "delivery %s (%s.%s) of %s failed, not retried: %s: %s",
+                delivery_id,
+                event,
+                action,
+                ctx.repo or "-",
+                type(exc).__name__,
+                str(exc)[:300],
+            )
+            return
         try:
             with svc.db.session() as s:
                 d = s.get(Delivery, delivery_id)
@@ -114,6 +128,45 @@ def process(svc: Services, delivery_id: str) -> None:
         action,
         ctx.repo or "-",
         handled or "no handler",
+    )
+
+
+def _fail(svc: Services, delivery_id: str, why: str) -> None:
+    """End the delivery `failed`, saying why: nobody takes it up again."""
+    with svc.db.session() as s:
+        d = s.get(Delivery, delivery_id)
+        assert d is not None
+        d.status, d.processed_at, d.claimed_until, d.error = "failed", utcnow(), None, why
+
+
+def transient(exc: BaseException) -> bool:
+    """An outage a later attempt may outlast: GitHub unreachable, failing (5xx) or
+    rate-limiting (429, a 403 that says so), or the database or the queue unreachable.
+    Anything else (a bug, GitHub's refusal) fails the same way on every attempt."""
+    import psycopg
+    import redis
+    import urllib3
+    from github import GithubException
+    from requests import RequestException
+    from sqlalchemy.exc import InterfaceError, OperationalError
+    from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+    if isinstance(exc, GitHubError | GithubException):
+        status = exc.status
+        limited = status == 403 and "rate limit" in str(exc).lower()
+        return status == 0 or status >= 500 or status == 429 or limited
+    return isinstance(
+        exc,
+        OperationalError
+        | InterfaceError
+        | PoolTimeout
+        | psycopg.OperationalError
+        | psycopg.InterfaceError
+        | redis.ConnectionError
+        | redis.TimeoutError
+        | RequestException
+        | urllib3.exceptions.HTTPError
+        | OSError,
     )
 
 

@@ -298,8 +298,10 @@ def test_metrics_text_names_every_family(client: FlaskClient) -> None:
 def test_failed_jobs_are_counted(
     app: Flask, client: FlaskClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from bot.github.api import GitHubError
+
     def broken(ctx: handlers.Context) -> int:
-        raise RuntimeError("handler broke")
+        raise GitHubError(502, "Bad Gateway")  # an outage: the job fails and is retried
 
     monkeypatch.setattr(handlers, "dispatch", broken)
     before = scrape(client)

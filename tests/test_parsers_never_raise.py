@@ -292,3 +292,70 @@ def test_an_archive_mutated_anywhere_is_read_or_refused_by_name(
         raw = archive.read_bytes()
         archive.write_bytes(_mutated(data, raw, _headers(raw)))
         _read_or_refused(archive)
+
+
+# ------------------------------------------------------------------ intake candidates
+
+CANDIDATE_WHERE = st.sampled_from(
+    [
+        ("candidate_id",), ("repo",), ("task",), ("base_sha",), ("head",), ("head", "repo"),
+        ("head", "ref"), ("head", "sha"), ("title",), ("summary",), ("claim",),
+        ("claim", "metric"), ("claim", "mode"), ("claim", "gpu"), ("claim", "delta_pct"),
+        ("gpus",), ("gpus", 0), ("pull_request",), ("caveats",), ("caveats", 0),
+        ("default_behavior_changes",), ("harness",), ("harness", "run_id"), ("unknown",),
+    ]
+)  # fmt: skip
+REMOVE = object()  # an edit that removes the key instead of setting it
+CANDIDATE_VALUES = st.one_of(
+    JSON,
+    st.sampled_from(
+        [REMOVE, 10**400, 2**31, 2**64, -1, 0, float("nan"), float("inf"), "\x00", "\ud800",
+         "x" * 300, "ѕ/repo", "../..", "x/..", "²", "h\u0130200", "a" * 40, [None], {"": {}}]
+    ),
+)  # fmt: skip
+
+
+def _candidate_body(data: st.DataObject) -> bytes:
+    """A valid candidate edited at a few places, any JSON value, or any bytes; written as
+    Python's `json.dumps` would (NaN and lone surrogates included, which orjson refuses)."""
+    from tests import appkit
+
+    kind = data.draw(st.sampled_from(["edited", "edited", "json", "bytes"]))
+    if kind == "bytes":
+        raw: bytes = data.draw(st.binary(max_size=300))
+        return raw
+    doc: Any = data.draw(JSON) if kind == "json" else appkit.candidate()
+    for _ in range(data.draw(st.integers(1, 3)) if kind == "edited" else 0):
+        where, value = data.draw(CANDIDATE_WHERE), data.draw(CANDIDATE_VALUES)
+        if value is REMOVE:
+            parent = _at(doc, where[:-1])
+            if _has(parent, where[-1]):
+                del parent[where[-1]]
+        else:
+            _put(doc, where, value)
+    return json.dumps(doc, ensure_ascii=False).encode("utf-8", "surrogatepass")
+
+
+def _at(doc: Any, where: tuple[str | int, ...]) -> Any:
+    for key in where:
+        if not _has(doc, key):
+            return None
+        doc = doc[key]
+    return doc
+
+
+@SETTINGS
+@given(data=st.data())
+def test_the_intake_candidate_parser_gives_a_candidate_or_a_4xx(data: st.DataObject) -> None:
+    """`POST /api/v1/candidates` after its signature: a candidate, or a 4xx whose answer
+    says why and can be sent as JSON; never an exception (a 500 and a traceback)."""
+    from bot.web import intake
+    from evidence.model import Candidate
+
+    got = intake.parse_candidate(_candidate_body(data))
+    if isinstance(got, intake.Refused):
+        assert 400 <= got.status < 500
+        assert isinstance(got.answer["error"], str)
+        json.dumps(got.answer, allow_nan=False)
+    else:
+        assert isinstance(got, Candidate)

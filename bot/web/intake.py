@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -80,6 +81,34 @@ def out_of_bounds(doc: Any, cand: Candidate) -> list[dict[str, str]]:
         elif isinstance(value, list):
             stack.extend((f"{where}[{i}]", v) for i, v in enumerate(value))
     return errors[:20]
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A candidate body refused: the HTTP status (4xx) and the answer, which says why."""
+
+    status: int
+    answer: dict[str, Any]
+
+
+def parse_candidate(body: bytes) -> Candidate | Refused:
+    """The signed body as a candidate, or a 422 naming each field that is wrong. Never
+    raises: what the harness sends is data, however it is shaped (property-tested)."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        return Refused(422, {"error": "body is not JSON", "detail": str(exc)})
+    try:
+        cand = Candidate.model_validate(doc)
+    except ValidationError as exc:
+        errors = [
+            {"field": ".".join(str(x) for x in e["loc"]), "message": e["msg"]} for e in exc.errors()
+        ]
+        return Refused(422, {"error": "malformed candidate", "errors": errors})
+    beyond = out_of_bounds(doc, cand)
+    if beyond:
+        return Refused(422, {"error": "malformed candidate", "errors": beyond})
+    return cand
 
 
 def lock_key(repo: str, candidate_id: str) -> int:
@@ -146,21 +175,10 @@ def candidates() -> tuple[Response, int]:
     delivery = request.headers.get("X-RSI-Delivery", "").strip()
     if not delivery or len(delivery) > 80:
         return jsonify(error="missing or over-long X-RSI-Delivery"), 400
-    try:
-        doc = orjson.loads(body)
-        cand = Candidate.model_validate(doc)
-    except orjson.JSONDecodeError as exc:
-        return jsonify(error="body is not JSON", detail=str(exc)), 422
-    except ValidationError as exc:
-        errors = [
-            {"field": ".".join(str(x) for x in e["loc"]), "message": e["msg"]} for e in exc.errors()
-        ]
+    cand = parse_candidate(body)
+    if isinstance(cand, Refused):
         observability.count_delivery("candidate", "rejected")
-        return jsonify(error="malformed candidate", errors=errors), 422
-    beyond = out_of_bounds(doc, cand)
-    if beyond:
-        observability.count_delivery("candidate", "rejected")
-        return jsonify(error="malformed candidate", errors=beyond), 422
+        return jsonify(cand.answer), cand.status
     key = f"intake:{delivery}"
     with svc.db.session() as s:
         seen = s.get(Delivery, key)
