@@ -21,10 +21,14 @@ import re
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from runners import __version__, schedule
 from runners import task as tasks
 from runners.bundle import BundleError
+
+if TYPE_CHECKING:
+    from runners import sandbox
 
 
 def _csv(value: str) -> list[str]:
@@ -235,6 +239,10 @@ def parser() -> argparse.ArgumentParser:
         "--create-users", action="store_true", help="create the candidate users first (root)"
     )
     sb.add_argument("--candidate-users", type=_users, help="default: base=rsi-base,head=rsi-head")
+    sb.add_argument("--python", help="the interpreter verify will be given (default: this one)")
+    sb.add_argument(
+        "--workdir", type=Path, help="the work folder `verify --workdir` will use (default: TMPDIR)"
+    )
     cb = sub.add_parser("check-bundle", help="verify a bundle's files against its digests")
     cb.add_argument("dir", type=Path)
     return ap
@@ -307,9 +315,49 @@ def _sandbox(args: argparse.Namespace) -> int:
             return 1
         try:
             print(json.dumps(sb.describe(), indent=2))
+            fixes = _reach_fixes(sb, args.python or sys.executable, args.workdir)
         finally:
             sb.close()
-    return 0
+    for fix in fixes:
+        print(f"rsi-runner: {fix}", file=sys.stderr)
+    return 1 if fixes else 0
+
+
+def _reach_fixes(sb: sandbox.Sandbox, python: str, workdir: Path | None) -> list[str]:
+    """What the candidate users cannot reach that `verify` needs, each with its fix:
+    the interpreter (run as each user) and the work folder. The runner's own scripts
+    need nothing: `verify` copies them into the work folder when they are out of reach."""
+    import os
+    import subprocess
+    import tempfile
+
+    from runners import reach
+
+    fixes = []
+    for side, account in sb.accounts.items():
+        group = sb.group(f"check-{side}")
+        try:
+            cmd, env = sb.command(side, group, [python, "-c", "import json"], {"PATH": os.defpath})
+            r = subprocess.run(cmd, env=env, cwd="/", capture_output=True, text=True, check=False)
+        finally:
+            sb.end(side, group)
+        if r.returncode != 0:
+            why = (r.stderr or r.stdout).strip().splitlines() or [f"exit code {r.returncode}"]
+            stop = reach.blocked(Path(python).absolute().parent) or reach.blocked(Path(python))
+            where = f" ({stop} is not searchable by others)" if stop else ""
+            fixes.append(
+                f"the {side} side's user {account.name} cannot run {python}{where}: {why[-1]}; "
+                "give verify --python an interpreter outside a private folder "
+                "(e.g. /usr/bin/python3), or chmod o+x the folders on its way"
+            )
+    folder = workdir or Path(tempfile.gettempdir())
+    stop = reach.blocked(folder)
+    if stop is not None:
+        fixes.append(
+            f"the candidate users cannot reach the work folder {folder}: {stop} is not "
+            "searchable by others (chmod o+x it, or give verify --workdir another folder)"
+        )
+    return fixes
 
 
 def _tasks() -> int:

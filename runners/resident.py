@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-import shlex
 import shutil
 import signal
 import time
@@ -31,9 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runners import host, netns, outputs, placement, proc, schedule
+from runners import host, netns, outputs, proc, schedule
 from runners.gpu import Backend, Monitor, wait_idle
-from runners.task import render, render_command
+from runners.task import render
 from runners.util import iso, write_json_atomic
 
 if TYPE_CHECKING:
@@ -193,73 +192,42 @@ class Alternation:
 
     def _start(self, slot: str, p: schedule.Planned) -> Resident:
         v = self.v
-        assert v.workdir is not None
         side = "base" if slot == "control" else slot
         self.starts += 1
         label = f"resident-{slot}-{self.starts}"
-        scratch = v.workdir / "scratch" / label
-        shutil.rmtree(scratch, ignore_errors=True)
-        scratch.mkdir(parents=True)
-        if v.sandbox.isolated:
-            scratch.parent.chmod(0o711)
-            scratch.chmod(0o711)
-        (scratch / "server").mkdir()
-        v.sandbox.own(side, scratch / "server")
-        port = _free_port()
-        vals = v.values(
-            side,
-            p.round,
-            port=port,
-            mode=p.mode,
-            concurrency=p.concurrency,
-            requests=p.requests,
-            out=str(scratch / "server"),
-        )
-        env = v.env(side, vals)
-        template, variant = v.choose_server(side)
-        argv = render_command(template, vals)
-        health = render(v.task.server.health, vals)
+        scratch = v.fresh_scratch(label)
         log = v.bundle.log_dir(label) / "server.log"
-        group = v.sandbox.group(label)
         t = time.monotonic()
         if self.held_since is None:
             self.held_since = t
-        cmd, cmd_env = v.sandbox.command(side, group, argv, env)
-        from runners.verify import RunFailure
-
-        try:
-            server = proc.Process(
-                cmd, Path(v.worktrees[side]), cmd_env, log, f"$ {shlex.join(argv)}"
-            )
-        except OSError as exc:
-            raise RunFailure("start-failed", f"the server could not be started: {exc}") from exc
-        placement.pin(server.pid, v.placement.server if v.placement else None)
+        s = v.launch_server(side, p, label, scratch, log)
         res = Resident(
             slot,
             side,
-            server,
-            group,
-            dict(vals, scratch=str(scratch)),
+            s.process,
+            s.group,
+            dict(s.vals, scratch=str(scratch)),
             log,
             t,
             {
                 "start": self.starts,
-                "port": port,
-                "health": health,
-                "command": argv,
-                "server_variant": variant,
+                "port": s.port,
+                "health": s.health,
+                "command": s.argv,
+                "server_variant": s.variant,
                 "log": v.bundle.rel(log),
                 "started_at": iso(),
                 "memory_fraction": MEMORY_FRACTION,
-                "network": v.sandbox.describe_net(group),
+                "network": v.sandbox.describe_net(s.group),
             },
         )
-        if group is not None and group.net is not None:  # the runner holds it open
-            res.net = group.net.path
+        res.net = s.net  # the runner holds the namespace open
         self.servers[slot] = res
         self.records.setdefault(slot, []).append(res.record)
         try:
-            res.record["startup_s"] = round(v._wait_healthy(server, health, v.deadline, res.net), 4)
+            res.record["startup_s"] = round(
+                v._wait_healthy(s.process, s.health, v.deadline, res.net), 4
+            )
         except BaseException:
             self._end(res)  # never healthy: not left resident for the next burst to use
             raise
@@ -605,9 +573,3 @@ class Alternation:
         m = held_minutes(runs)
         m["total"] = round(max(m["total"], self.held_s / 60.0), 4)
         return m
-
-
-def _free_port() -> int:
-    from runners.verify import free_port
-
-    return free_port()

@@ -46,6 +46,7 @@ from runners import (
     outputs,
     placement,
     proc,
+    reach,
     resident,
     sandbox,
     schedule,
@@ -134,6 +135,26 @@ class RunnerBug(Exception):
 
 GPU_LABELS = {"h100": "H100", "h200": "H200", "cpu": "CPU"}
 NETNS = Path(__file__).resolve().parent / "_netns.py"  # a client into a server's namespace
+
+
+@dataclass
+class Launched:
+    """A server just started for one side: its process, cgroup and network, and what it
+    was given (the values its command was rendered with, its health address)."""
+
+    process: proc.Process
+    group: sandbox.Group | None
+    vals: dict[str, object]
+    argv: list[str]
+    health: str
+    port: int
+    variant: dict[str, Any]
+
+    @property
+    def net(self) -> str | None:
+        """The network namespace it runs in (health checks and the client enter it)."""
+        g = self.group
+        return g.net.path if g is not None and g.net is not None else None
 
 
 def free_port() -> int:
@@ -253,6 +274,8 @@ class Verifier:
         self.minutes: Callable[[list[dict[str, Any]]], dict[str, float]] = adaptive.held_minutes
         self.rounds = self._rounds()
         self.worktrees: dict[str, Path] = {}
+        self.rsi_root = RUNNER_ROOT  # `{rsi_root}`; a readable copy when isolated needs one
+        self.rsi_root_why: str | None = None
         self.bench_tree: Path | None = None
         self.placement: placement.Placement | None = None
         self.sandbox = sandbox.Sandbox("none", {}, None, Path("."))
@@ -394,7 +417,7 @@ class Verifier:
             "model": self.task.model,
             "gpu": self.gpu,
             "side": side,
-            "rsi_root": str(RUNNER_ROOT),
+            "rsi_root": str(self.rsi_root),
             "bench": str(self.bench_tree or ""),
             "memory_fraction": resident.MEMORY_FRACTION
             if self.design == "alternate"
@@ -508,7 +531,7 @@ class Verifier:
                     gpu_minutes=self.minutes(self.bundle.runs),
                 )
                 if self.sandbox.isolated:  # with what the proxy to the task's hosts saw
-                    self.bundle.update(isolation=self.sandbox.describe())
+                    self.bundle.update(isolation=self._isolation())
                 path = self.bundle.finalize(complete)
                 self._cleanup(co)
         n = {
@@ -583,7 +606,7 @@ class Verifier:
             self.bundle.update(isolation={"mode": self.o.isolation, "error": str(exc)})
             raise _Abort(str(exc)) from exc
         self.sandbox.hosts = self.task.candidate.hosts
-        self.bundle.update(isolation=self.sandbox.describe())
+        self.bundle.update(isolation=self._isolation())
         self._network_warnings()
         if not self.sandbox.isolated:
             self.warnings.append(
@@ -601,6 +624,7 @@ class Verifier:
                 "searchable by others (chmod o+x it, or give another --workdir)"
             )
         self.bundle.out.chmod(0o700)
+        self._reachable_root()
         for side in self.sandbox.accounts:
             self._can_run_python(side)
 
@@ -621,6 +645,27 @@ class Verifier:
             f"candidate code had the machine's network ({why}): it could reach the "
             "internet, the LAN and the other side's server"
         )
+
+    def _reachable_root(self) -> None:
+        """`{rsi_root}` where the candidate users can read it: this checkout when they
+        can, else a copy of the runner's package in the work folder (a clone under a
+        0700 home or in `mktemp -d`), recorded in `isolation.rsi_root`."""
+        assert self.workdir is not None
+        why = reach.why_unreachable(RUNNER_ROOT / "runners")
+        if why is None:
+            return
+        copy = self.workdir / "rsi-root"
+        reach.copy_package(RUNNER_ROOT / "runners", copy / "runners")
+        copy.chmod(0o755)
+        self.rsi_root, self.rsi_root_why = copy, why
+        self.bundle.update(isolation=self._isolation())
+
+    def _isolation(self) -> dict[str, Any]:
+        """The manifest's `isolation`: the sandbox's, and where `{rsi_root}` was copied."""
+        out = self.sandbox.describe()
+        if self.rsi_root_why is not None:
+            out["rsi_root"] = {"copied_to": str(self.rsi_root), "why": self.rsi_root_why}
+        return out
 
     def _can_run_python(self, side: str) -> None:
         """The side's user must be able to start `{python}` (often under /root)."""
@@ -863,19 +908,59 @@ class Verifier:
         t, which = min(cands, key=lambda c: c[0])
         return max(t, 0.0), which
 
-    def _run_one(self, p: schedule.Planned) -> dict[str, Any]:
-        side = p.side
-        wt = self.worktrees[side]
-        rdir = self.bundle.run_dir(p.id)
-        ldir = self.bundle.log_dir(p.id)
-        server_log, client_log = ldir / "server.log", ldir / "client.log"
+    def fresh_scratch(self, label: str) -> Path:
+        """An empty scratch folder for one run or server start. Isolated, the candidate's
+        user may pass through it (not list it): `server/` is the candidate's, `bench/` the
+        client's."""
         assert self.workdir is not None
-        scratch = self.workdir / "scratch" / p.id
+        scratch = self.workdir / "scratch" / label
         shutil.rmtree(scratch, ignore_errors=True)
         scratch.mkdir(parents=True)
         if self.sandbox.isolated:
             scratch.parent.chmod(0o711)
-            scratch.chmod(0o711)  # server/ is the candidate's, bench/ the client's
+            scratch.chmod(0o711)
+        return scratch
+
+    def launch_server(
+        self, side: str, p: schedule.Planned, label: str, scratch: Path, log: Path
+    ) -> Launched:
+        """Start `side`'s server for `p` in a cgroup of its own named `label`, writing to
+        `scratch/server` and `log`, pinned to the server's cores. A server that cannot be
+        started is a `start-failed` RunFailure, its cgroup already ended."""
+        port = free_port()
+        vals = self.values(
+            side,
+            p.round,
+            port=port,
+            mode=p.mode,
+            concurrency=p.concurrency,
+            requests=p.requests,
+            out=str(scratch / "server"),
+        )
+        (scratch / "server").mkdir()
+        self.sandbox.own(side, scratch / "server")
+        env = self.env(side, vals)
+        template, variant = self.choose_server(side)
+        argv = render_command(template, vals)
+        health = render(self.task.server.health, vals)
+        group = self.sandbox.group(label)
+        try:
+            cmd, cmd_env = self.sandbox.command(side, group, argv, env)
+            server = proc.Process(
+                cmd, self.worktrees[side], cmd_env, log, header=f"$ {shlex.join(argv)}"
+            )
+        except OSError as exc:
+            self.sandbox.end(side, group)
+            raise RunFailure("start-failed", f"the server could not be started: {exc}") from exc
+        placement.pin(server.pid, self.placement.server if self.placement else None)
+        return Launched(server, group, vals, argv, health, port, variant)
+
+    def _run_one(self, p: schedule.Planned) -> dict[str, Any]:
+        side = p.side
+        rdir = self.bundle.run_dir(p.id)
+        ldir = self.bundle.log_dir(p.id)
+        server_log, client_log = ldir / "server.log", ldir / "client.log"
+        scratch = self.fresh_scratch(p.id)
         rec: dict[str, Any] = dict(p.record())
         rec.update(
             {
@@ -958,41 +1043,21 @@ class Verifier:
             )
 
             stage = "start"
-            port = free_port()
-            vals = self.values(
-                side,
-                p.round,
-                port=port,
-                mode=p.mode,
-                concurrency=p.concurrency,
-                requests=p.requests,
-                out=str(scratch / "server"),
-            )
-            (scratch / "server").mkdir()
-            self.sandbox.own(side, scratch / "server")
-            env = self.env(side, vals)
-            cenv = self.client_env(vals)
-            template, info["server_variant"] = self.choose_server(side)
-            argv = render_command(template, vals)
-            health = render(self.task.server.health, vals)
-            info.update({"port": port, "health": health, "command": argv})
             monitor = Monitor(self.backend, self.o.sample_interval_s)
-            group = self.sandbox.group(p.id)
-            net = group.net.path if group is not None and group.net is not None else None
-            info["network"] = self.sandbox.describe_net(group)
-            try:
-                cmd, cmd_env = self.sandbox.command(side, group, argv, env)
-                server = proc.Process(
-                    cmd,
-                    wt,
-                    cmd_env,
-                    server_log,
-                    header=f"$ {shlex.join(argv)}",
-                )
-            except OSError as exc:
-                raise RunFailure("start-failed", f"the server could not be started: {exc}") from exc
-            placement.pin(server.pid, self.placement.server if self.placement else None)
+            launched = self.launch_server(side, p, p.id, scratch, server_log)
+            server, group, vals, net = launched.process, launched.group, launched.vals, launched.net
+            cenv = self.client_env(vals)
+            info.update(
+                {
+                    "server_variant": launched.variant,
+                    "port": launched.port,
+                    "health": launched.health,
+                    "command": launched.argv,
+                    "network": self.sandbox.describe_net(group),
+                }
+            )
             monitor.start()
+            health = launched.health
             info["startup_s"] = round(self._wait_healthy(server, health, run_deadline, net), 4)
 
             if p.warmup_requests > 0:

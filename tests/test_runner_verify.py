@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -715,3 +717,67 @@ def test_a_task_naming_hosts_is_refused_where_namespaces_cannot_be_made(
     v = _unshareless(monkeypatch, tmp_path, ("huggingface.co:443",))
     with pytest.raises(_Abort, match=r"names the hosts .*huggingface.co:443.* every host"):
         v._network_warnings()
+
+
+def test_a_runner_in_a_private_folder_gives_the_candidates_a_copy_of_its_scripts(
+    tmp_path: Path,
+) -> None:
+    """A clone under root's 0700 home or in `mktemp -d`: the candidate users cannot read
+    the runner's dry server there, so the runner copies its package into the work folder
+    for `{rsi_root}`, says so in the manifest, and every run is measured."""
+    private = Path(tempfile.mkdtemp(prefix="rsi-private-"))  # 0700, like mktemp -d
+    try:
+        shutil.copytree(
+            ROOT / "runners", private / "runners", ignore=shutil.ignore_patterns("__pycache__")
+        )
+        b, h = make_repo(tmp_path / "repo", {"speed": 1.0}, {"speed": 1.0})
+        out = tmp_path / "bundle"
+        r = subprocess.run(
+            runner_cmd(tmp_path / "repo", b, h, out),
+            cwd=private,
+            env=runner_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+    m = json.loads((out / "manifest.json").read_text())
+    assert r.returncode == 0, r.stderr
+    assert [run["status"] for run in m["runs"]] == ["ok"] * 4
+    copied = m["isolation"]["rsi_root"]
+    assert copied["why"] == f"{private} is not searchable by others"
+    assert copied["copied_to"] == str(tmp_path / "work" / "rsi-root")
+
+
+def test_the_sandbox_check_names_an_interpreter_the_candidates_cannot_run(
+    tmp_path: Path,
+) -> None:
+    private = Path(tempfile.mkdtemp(prefix="rsi-private-"))
+    try:
+        python = private / "python3"
+        python.symlink_to(CANDIDATE_PYTHON)
+        cmd = [sys.executable, "-m", "runners", "sandbox", "--python", str(python)]
+        bad = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
+        ok = subprocess.run(
+            [*cmd[:-1], CANDIDATE_PYTHON, "--workdir", str(tmp_path)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        closed = subprocess.run(
+            [*cmd[:-1], CANDIDATE_PYTHON, "--workdir", str(private / "work")],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+    assert bad.returncode == 1
+    assert f"user rsi-base cannot run {python} ({private} is not searchable" in bad.stderr
+    assert "give verify --python" in bad.stderr
+    assert ok.returncode == 0, ok.stderr
+    assert closed.returncode == 1
+    assert f"cannot reach the work folder {private / 'work'}: {private} is not" in closed.stderr

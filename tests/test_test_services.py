@@ -22,8 +22,11 @@ def _as_someone_else(cmd: list[str]) -> list[str]:
 
 
 def test_not_root_it_changes_nothing_and_says_the_exact_command() -> None:
+    # The script reaches bash on its standard input: a clone in a private folder
+    # (`mktemp -d`, root's 0700 home) is not readable by that other user.
     done = subprocess.run(
-        _as_someone_else(["bash", str(SCRIPT)]),
+        _as_someone_else(["bash", "-s"]),
+        input=SCRIPT.read_text(),
         capture_output=True,
         text=True,
         timeout=60,
