@@ -18,7 +18,7 @@ import orjson
 from sqlalchemy import select, update
 
 from bot import handlers
-from bot.github.api import GitHubError
+from bot.github.api import GitHubError, github_outage
 from bot.models import Delivery, utcnow
 
 if TYPE_CHECKING:
@@ -145,16 +145,13 @@ def transient(exc: BaseException) -> bool:
     Anything else (a bug, GitHub's refusal) fails the same way on every attempt."""
     import psycopg
     import redis
-    import urllib3
-    from github import GithubException
-    from requests import RequestException
     from sqlalchemy.exc import InterfaceError, OperationalError
     from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-    if isinstance(exc, GitHubError | GithubException):
-        status = exc.status
-        limited = status == 403 and "rate limit" in str(exc).lower()
-        return status == 0 or status >= 500 or status == 429 or limited
+    if github_outage(exc):
+        return True
+    if isinstance(exc, GitHubError):
+        return False  # GitHub's refusal
     return isinstance(
         exc,
         OperationalError
@@ -164,8 +161,6 @@ def transient(exc: BaseException) -> bool:
         | psycopg.InterfaceError
         | redis.ConnectionError
         | redis.TimeoutError
-        | RequestException
-        | urllib3.exceptions.HTTPError
         | OSError,
     )
 

@@ -39,6 +39,21 @@ class GitHubError(Exception):
         self.status = status
 
 
+def github_outage(exc: BaseException) -> bool:
+    """Whether `exc` is GitHub (or the way to it) failing in a way a later attempt may
+    outlast: unreachable, failing (5xx) or rate-limiting (429, a 403 that says so). A
+    refusal (another 4xx) fails the same way every time."""
+    import urllib3
+    from github import GithubException
+    from requests import RequestException
+
+    if isinstance(exc, GitHubError | GithubException):
+        status = exc.status
+        limited = status == 403 and "rate limit" in str(exc).lower()
+        return status == 0 or status >= 500 or status == 429 or limited
+    return isinstance(exc, RequestException | urllib3.exceptions.HTTPError)
+
+
 def fit(text: str, limit: int, link: str | None = None) -> str:
     """`text` cut to `limit` characters with a notice (and a link to the whole) at the end:
     the last resort of every text the App writes (the evidence cuts itself first)."""
