@@ -22,6 +22,7 @@ import pytest
 
 from evidence.build import Inputs
 from runners import sandbox
+from tests.reachable import dry_scripts
 from tests.test_runner_verify import (
     CANDIDATE_PYTHON,
     ROOT,
@@ -126,7 +127,7 @@ open({marker!r}, "w").write("the head's own client ran")
 
 
 def forge_repo(path: Path, marker: Path) -> tuple[str, str]:
-    dry = ROOT / "runners" / "dry"
+    dry = dry_scripts()
     path.mkdir(parents=True)
     git(path, "init", "-q")
     (path / "benchmarks").mkdir()
@@ -289,7 +290,7 @@ def test_a_process_that_escaped_its_cgroup_is_killed_and_named(tmp_path: Path) -
 def test_the_base_may_pin_the_benchmark_scripts_the_head_cannot(tmp_path: Path) -> None:
     """`.github/rsi.yml`'s `benchmark_ref`, read from the base commit, picks the tree the
     client runs from; the same key in the head's copy changes nothing."""
-    dry = ROOT / "runners" / "dry"
+    dry = dry_scripts()
     repo = tmp_path / "repo"
     repo.mkdir()
     git(repo, "init", "-q")

@@ -23,9 +23,10 @@ from typing import Any
 import pytest
 
 from runners import proc, sandbox
+from tests.reachable import dry_scripts
 from tests.test_runner_verify import ROOT, git, leftovers, runner_cmd, runner_env
 
-DRY = ROOT / "runners" / "dry"
+DRY = dry_scripts()  # candidate code runs them by path: a copy they can read
 
 
 @pytest.fixture
