@@ -491,6 +491,9 @@ class Headline(BaseModel):
     verdict: Verdict
     threshold_pct: float | None = None
     threshold_abs: float | None = None
+    # A failed guard's row (another mode, concurrency or metric), which decided the
+    # verdict: no primary row did.
+    guard: bool = False
 
 
 class AdaptiveRowResult(BaseModel):

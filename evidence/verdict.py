@@ -138,13 +138,20 @@ _RANK = ("regressed", "improved", "inconclusive", "no-change")
 def headline(rows: list[StudyRow], gpu: str) -> Headline | None:
     """The primary row a maintainer should read first: among the rows of the verdict they
     add up to, the one with the most evidence (narrowest interval, then most rounds), not
-    the largest point estimate, which is often the noisiest setting's."""
+    the largest point estimate, which is often the noisiest setting's. When a failed guard
+    decided the verdict (no primary row regressed), the guard's row."""
     prim = [r for r in rows if r.gpu == gpu and r.primary]
     if not prim:
         return None
     verdict = next(v for v in _RANK if any(r.verdict == v for r in prim))
     r = _most_evidence([r for r in prim if r.verdict == verdict])
+    guards = [g for g in rows if g.gpu == gpu and g.guard_failed]
+    if verdict != "regressed" and guards:
+        # A guard decided the verdict (as in `decide`): its row is what the verdict
+        # rests on, not a primary row whose figure would contradict it.
+        r = guards[0]
     return Headline(
+        guard=r.guard_failed,
         metric=r.metric,
         mode=r.mode,
         concurrency=r.concurrency,

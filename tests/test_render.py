@@ -221,6 +221,18 @@ def test_comment_begins_with_marker_verdict_and_claim(improved: Evidence) -> Non
     assert "could detect" not in text  # the only primary row improved
 
 
+def test_a_guard_headline_says_it_decided_the_verdict(improved: Evidence) -> None:
+    """REGRESSED beside a guard's row: the row is named as the guard that decided it."""
+    ev = improved.model_copy(deep=True)
+    h = ev.gpus["H200"].headline
+    assert h is not None
+    ev.gpus["H200"].verdict = "regressed"
+    h.mode, h.delta_pct, h.ci_low_pct, h.ci_high_pct = "non-streaming", -14.0, -20.0, -8.0
+    h.verdict, h.guard = "regressed", True
+    row = "| H200 | `REGRESSED` | throughput, non-streaming, c=4 (a guard, failed: it decided"
+    assert row in render_comment(ev, None)
+
+
 def test_inconclusive_primary_row_says_what_it_could_detect(improved: Evidence) -> None:
     row = next(r for r in improved.study if r.primary)
     row.verdict, row.mde_pct = "inconclusive", 4.25

@@ -249,6 +249,34 @@ def test_guard_lowers_an_improvement_to_regressed() -> None:
     assert "guard latency p95" in reason
 
 
+def test_a_guard_that_decided_the_verdict_is_the_headline() -> None:
+    """An improved primary row beside a guard failed in the other mode: the GPU reads
+    REGRESSED, so its headline is the guard's row, never the +10% that contradicts it."""
+    rows = [
+        _row(),
+        _row(
+            mode="non-streaming",
+            metric="throughput_qps",
+            primary=False,
+            guard=True,
+            guard_failed=True,
+            delta_pct=-14.0,
+            ci_low_pct=-20.0,
+            ci_high_pct=-8.0,
+            verdict="regressed",
+        ),
+    ]
+    assert decide(rows, [])[0] == "regressed"
+    h = headline(rows, "H200")
+    assert h is not None
+    assert (h.mode, h.delta_pct, h.verdict, h.guard) == ("non-streaming", -14.0, "regressed", True)
+    # A regressed primary row decides before any guard, as in `decide`.
+    worse = [*rows, _row(concurrency=4, verdict="regressed", delta_pct=-9.0)]
+    h2 = headline(worse, "H200")
+    assert h2 is not None
+    assert (h2.concurrency, h2.guard) == (4, False)
+
+
 def test_guard_regression_under_threshold_is_only_a_caveat(tmp_path: Path) -> None:
     rows = [
         _row(),
