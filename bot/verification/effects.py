@@ -494,6 +494,10 @@ def build_evidence(svc: Services, vid: str, e: M.BuildEvidence) -> M.Event | Non
         _record_baseline(s, row, sources)
 
     conclusion = CONCLUSION.get(ev.verdict, "neutral")
+    if missing and conclusion == "success":
+        # Partial results (a GPU failed, named in the title and the summary): a gain on
+        # the other GPUs is not the success asked for; a regression measured stays one.
+        conclusion = "neutral"
     store.transition(svc.db, vid, M.EvidenceBuilt(ev.verdict, conclusion), record)
     log.info("%s of %s: evidence built, %s", vid, repo, ev.verdict)
     return None
