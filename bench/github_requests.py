@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bot import services  # noqa: E402
+from bot import runtime  # noqa: E402
 from bot.db import upgrade  # noqa: E402
 from bot.web.app import create_app  # noqa: E402
 from evidence.synth import HEAD_SHA  # noqa: E402
@@ -49,7 +49,7 @@ def main() -> int:
         appkit.populate(gh)
         settings = appkit.settings(tmp, gh.url, LOG_LEVEL="WARNING")
         upgrade(settings.DATABASE_URL)
-        rt = services.build(settings, immediate=True)
+        rt = runtime.build(settings, immediate=True)
         app = create_app(svc=rt)
         client = app.test_client()
         counted: dict[str, list[RecordedRequest]] = {}

@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT)]
 
-from bot import history, services  # noqa: E402
+from bot import history, runtime  # noqa: E402
 from bot.db import upgrade  # noqa: E402
 from bot.web.app import create_app  # noqa: E402
 from tests import appkit  # noqa: E402
@@ -40,7 +40,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         settings = appkit.settings(Path(tmp), "http://127.0.0.1:9")
         upgrade(settings.DATABASE_URL)
-        rt = services.build(settings, immediate=True)
+        rt = runtime.build(settings, immediate=True)
         t0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
         with rt.db.session() as s:
             for n in range(args.points):

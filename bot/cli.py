@@ -260,7 +260,7 @@ def db_upgrade() -> None:
 )
 def worker(workers: int, metrics_port: int | None) -> None:
     """Run the queue consumer (the Procfile's `worker:`)."""
-    from bot import observability, services
+    from bot import observability, runtime
     from bot.db import schema_behind
 
     settings = _settings()
@@ -274,7 +274,7 @@ def worker(workers: int, metrics_port: int | None) -> None:
         sys.exit(2)
     observability.configure_logging(settings)
     observability.init_sentry(settings, "worker")
-    rt = services.build(settings)
+    rt = runtime.build(settings)
     if metrics_port is not None:
         observability.serve_metrics(rt, metrics_port, host=settings.METRICS_HOST)
     rt.huey.create_consumer(workers=workers, worker_type="thread", periodic=True).run()
@@ -353,7 +353,7 @@ def _web_app() -> object:
 )
 def reconcile(redeliver_since: int | None) -> None:
     """Re-queue lost work and time out silent runners now (the worker does it every minute)."""
-    from bot import deliveries, services
+    from bot import deliveries, runtime
     from bot.db import schema_behind
 
     settings = _settings()
@@ -365,7 +365,7 @@ def reconcile(redeliver_since: int | None) -> None:
             err=True,
         )
         sys.exit(2)
-    svc = services.build(settings)
+    svc = runtime.build(settings)
     svc.queue.reconcile()
     if redeliver_since is not None:
         n = deliveries.redeliver_failed(svc, window_s=redeliver_since * 3600)

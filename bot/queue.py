@@ -1,4 +1,5 @@
-"""The job queue (huey, on Redis or SQLite): each job closes over the process's services.
+"""The job queue (huey, on Redis or SQLite): the tasks the composition root
+(`bot.runtime`) gives it, run by name; the queue knows huey, not the App.
 
 Jobs are hints: the database is the truth, and the reconciler re-queues whatever a
 killed worker lost (huey does not acknowledge). Retries are scheduled, never slept, so
@@ -8,31 +9,38 @@ a GitHub outage does not hold a worker thread while other deliveries wait.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
-from huey import crontab
+from huey import Huey, crontab
 
-from bot import deliveries, observability
-from bot.verification import steps
-
-if TYPE_CHECKING:
-    from bot.services import Services
+from bot import observability
 
 log = logging.getLogger(__name__)
 
 DELIVERY_RETRY: dict[str, Any] = {"retries": 6, "retry_delay": 5}
 
 
-class Queue:
-    """The queue's task handles, bound to one huey instance and one set of services."""
+@dataclass(frozen=True)
+class Jobs:
+    """What each task runs."""
 
-    def __init__(self, svc: Services) -> None:
-        huey = svc.huey
+    process_delivery: Callable[[str], None]
+    start: Callable[[str], None]
+    drain: Callable[[str], None]
+    reconcile: Callable[[], None]
+
+
+class Queue:
+    """The queue's task handles, bound to one huey instance and the jobs they run."""
+
+    def __init__(self, huey: Huey, jobs: Jobs) -> None:
         observability.instrument_huey(huey)
 
         def process_delivery(delivery_id: str) -> None:
             with observability.delivery_context(delivery_id):
-                deliveries.process(svc, delivery_id)
+                jobs.process_delivery(delivery_id)
 
         def process_deliveries(delivery_ids: list[str]) -> None:
             """One job per delivery, from the batch the web process queued in one go."""
@@ -40,15 +48,13 @@ class Queue:
                 self.process_delivery(delivery_id)
 
         def start(vid: str) -> None:
-            steps.start(svc, vid)
+            jobs.start(vid)
 
         def drain(vid: str) -> None:
-            steps.drain(svc, vid)
+            jobs.drain(vid)
 
         def reconcile() -> None:
-            deliveries.requeue_lost(svc)
-            steps.reconcile(svc)
-            deliveries.redeliver_failed(svc)
+            jobs.reconcile()
 
         self._huey = huey
         self.process_delivery = huey.task(name="process_delivery", **DELIVERY_RETRY)(

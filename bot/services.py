@@ -1,4 +1,4 @@
-"""The composition root: what a process needs, built once from the settings and handed
+"""What a process needs, built once from the settings (`bot.runtime.build`) and handed
 down explicitly (Flask keeps it in `app.extensions["rsi"]`; the worker's jobs close over
 it). Nothing looks it up globally."""
 
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from huey import Huey, RedisHuey, SqliteHuey
 
-from bot.artifacts import ArtifactStore, store_from_url
+from bot.artifacts import ArtifactStore
 from bot.batcher import Batcher
 from bot.config import Settings
 from bot.db import Database
@@ -50,11 +50,9 @@ class Services:
     queue: Queue = field(init=False)
 
     def __post_init__(self) -> None:
-        from bot.queue import Queue
-
         self.github = GitHub(self.github_app)
-        self.queue = Queue(self)
-        self._batcher = Batcher(self.queue.process_deliveries)
+        # `queue` is set by the composition root (bot.runtime.build), which knows the jobs.
+        self._batcher = Batcher(lambda ids: self.queue.process_deliveries(ids))
         self._configs = ConfigCache()
         self._config_seen: dict[str, tuple[float, ConfigResult]] = {}
 
@@ -90,14 +88,3 @@ class Services:
 
     def plot_url(self, verification_id: str, name: str) -> str:
         return self.signer.plot_url(self.settings.PUBLIC_URL, verification_id, name)
-
-
-def build(settings: Settings, *, immediate: bool = False) -> Services:
-    return Services(
-        settings=settings,
-        db=Database(settings.DATABASE_URL),
-        github_app=GitHubApp(settings),
-        store=store_from_url(settings.ARTIFACT_STORE, settings.AWS_ENDPOINT_URL),
-        signer=UrlSigner(settings.WEBHOOK_SECRET.get_secret_value()),
-        huey=make_huey(settings, immediate=immediate),
-    )

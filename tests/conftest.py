@@ -12,7 +12,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from bot import services
+from bot import runtime
 from bot.db import upgrade
 from bot.web.app import create_app
 from tests import appkit
@@ -140,7 +140,7 @@ def github() -> Iterator[GitHubStandIn]:
 def app(tmp_path: Path, github: GitHubStandIn) -> Iterator[Flask]:
     settings = appkit.settings(tmp_path, github.url)
     upgrade(settings.DATABASE_URL)
-    rt = services.build(settings, immediate=True)
+    rt = runtime.build(settings, immediate=True)
     yield create_app(svc=rt)
     rt.db.dispose()
 

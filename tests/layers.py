@@ -151,16 +151,31 @@ ROWS = (
         "everything logs and counts: observability may depend on nothing of the App",
     ),
     Row(
+        "bot.queue",
+        ("bot.deliveries", "bot.verification", "bot.services", "bot.handlers", "bot.web"),
+        "the queue runs the jobs it is given: it knows huey, not the App",
+    ),
+    Row(
+        "bot.services",
+        ("bot.deliveries", "bot.verification", "bot.handlers", "bot.web", "bot.runtime"),
+        "the services hold the clients; the jobs are wired in bot.runtime",
+    ),
+    Row(
         "bot",
         ("bot.web",),
         "nothing below the web layer imports it",
         exempt=("bot.web", "bot.cli"),
     ),
+    Row(
+        "bot",
+        ("bot.runtime",),
+        "only the entry points build a runtime",
+        exempt=("bot.runtime", "bot.cli", "bot.web.app"),
+    ),
 )
 """docs/architecture.md's "may import" column as rules: every row is enforced."""
 
 _LOCATOR = "the handler context hands out the whole of bot.services: give it narrow ports"
-_CIRCLE = "bot.services wires the queue, whose jobs reach back into bot.services: jobs get ports"
 
 KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {
     ("bot.handlers.context", "bot.services"): _LOCATOR,
@@ -168,10 +183,6 @@ KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {
     ("bot.handlers.context", "bot.db"): _LOCATOR,
     ("bot.verification.effects", "bot.services"): _LOCATOR,
     ("bot.verification.steps", "bot.services"): _LOCATOR,
-    ("bot.queue", "bot.services"): _CIRCLE,
-    ("bot.queue", "bot.verification.steps"): _CIRCLE,
-    ("bot.deliveries", "bot.services"): _CIRCLE,
-    ("bot.deliveries", "bot.handlers"): _CIRCLE,
 }
 """(module, import) pairs that break a rule today, each with what removes it: the debt
 the next change pays. A pair listed here that no longer occurs is reported too, so the

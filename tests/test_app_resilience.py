@@ -11,7 +11,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from bot import messages, services
+from bot import messages, runtime, services
 from bot.db import upgrade
 from bot.models import Verification
 from bot.verification import steps
@@ -46,7 +46,7 @@ def legacy() -> Iterator[GitHubStandIn]:
 def _app(tmp_path: Path, gh: GitHubStandIn, **overrides: object) -> Flask:
     settings = appkit.settings(tmp_path, gh.url, **overrides)
     upgrade(settings.DATABASE_URL)
-    return create_app(svc=services.build(settings, immediate=True))
+    return create_app(svc=runtime.build(settings, immediate=True))
 
 
 def test_github_502_then_success_is_retried(tmp_path: Path, github: GitHubStandIn) -> None:
@@ -227,7 +227,7 @@ def test_a_backlog_delays_requeueing_a_queued_delivery(
 
     settings = appkit.settings(tmp_path, github.url, RSI_LEASE_S=600)
     upgrade(settings.DATABASE_URL)
-    rt = services.build(settings)  # a real (SQLite) queue, no consumer
+    rt = runtime.build(settings)  # a real (SQLite) queue, no consumer
     try:
         for i in range(3):
             assert rt.db.store_delivery(f"wait-{i}", "github", "installation", "{}")

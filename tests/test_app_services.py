@@ -13,7 +13,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from bot import services
+from bot import runtime, services
 from bot.db import upgrade
 from bot.models import Verification
 from bot.verification import steps
@@ -53,7 +53,7 @@ def deployed(
             ARTIFACT_STORE="s3://rsi-artifacts/evidence",
         )
         upgrade(settings.DATABASE_URL)
-        rt = services.build(settings)
+        rt = runtime.build(settings)
         saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         consumer = rt.huey.create_consumer(
             workers=2, worker_type="thread", periodic=False, check_worker_health=False

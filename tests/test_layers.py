@@ -279,7 +279,10 @@ def test_only_the_registry_reaches_a_handler(tmp_path: Path) -> None:
         ("bot/verification/effects.py", "bot.services", "through ports"),
         ("bot/verification/steps.py", "bot.github.api", "the store and the effects"),
         ("bot/observability/metrics.py", "bot.db", "may depend on nothing of the App"),
-        ("bot/queue.py", "bot.web.app", "nothing below the web layer imports it"),
+        ("bot/batcher.py", "bot.web.app", "nothing below the web layer imports it"),
+        ("bot/queue.py", "bot.verification.steps", "it knows huey, not the App"),
+        ("bot/services.py", "bot.deliveries", "the jobs are wired in bot.runtime"),
+        ("bot/verification/steps.py", "bot.runtime", "only the entry points build a runtime"),
     ],
 )
 def test_each_row_of_the_architecture_table_is_enforced(

@@ -16,7 +16,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from bot import handlers, observability, services
+from bot import handlers, observability, runtime, services
 from bot.models import Delivery, Verification
 from bot.web.app import create_app
 from tests import appkit
@@ -329,7 +329,7 @@ def test_metrics_are_not_on_the_public_listener(
     # Another port, or none at all, as configured.
     def app_with(**overrides: Any) -> FlaskClient:
         settings = appkit.settings(tmp_path, github.url, **overrides)
-        return create_app(svc=services.build(settings, immediate=True)).test_client()
+        return create_app(svc=runtime.build(settings, immediate=True)).test_client()
 
     other = app_with(METRICS_PORT=9464)
     assert other.get("/metrics", base_url=METRICS).status_code == 404

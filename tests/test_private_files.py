@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bot import services
+from bot import runtime
 from bot.db import upgrade
 from tests import appkit
 
@@ -43,7 +43,7 @@ def test_database_queue_and_artifacts_are_owner_only(tmp_path: Path) -> None:
         ARTIFACT_STORE=str(state / "artifacts"),
     )
     upgrade(settings.DATABASE_URL)
-    rt = services.build(settings)  # a real SQLite queue, not the immediate one
+    rt = runtime.build(settings)  # a real SQLite queue, not the immediate one
     try:
         assert rt.db.store_delivery("d-1", "github", "ping", "{}")
         rt.huey.enqueue(rt.queue.start.s("v-1"))

@@ -24,7 +24,7 @@ import pytest
 from flask import Flask
 from sqlalchemy import select
 
-from bot import services
+from bot import runtime, services
 from bot.db import upgrade
 from bot.github.client import GitHubApp
 from bot.github.deliveries import failed_deliveries, redeliver_failed
@@ -73,8 +73,8 @@ def deployed(tmp_path: Path, github: GitHubStandIn) -> Iterator[Deployed]:
         upgrade(url)
         proxied = url.replace("@127.0.0.1:5432/", f"@127.0.0.1:{proxy.port}/")
         settings = appkit.settings(tmp_path, github.url, DATABASE_URL=proxied)
-        web = services.build(settings)
-        worker = services.build(settings)  # the consumer's jobs close over these
+        web = runtime.build(settings)
+        worker = runtime.build(settings)  # the consumer's jobs close over these
         saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         consumer = worker.huey.create_consumer(
             workers=2, worker_type="thread", periodic=False, check_worker_health=False

@@ -16,7 +16,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from bot import services
+from bot import runtime
 from bot.batcher import Batcher
 from bot.db import Database, upgrade
 from bot.delivery_writer import DeliveryWriter, Row
@@ -317,7 +317,7 @@ def test_deliveries_reach_redis_in_batch_jobs_and_fan_out(
     with postgres_database() as db_url, redis_db() as redis_url:
         settings = appkit.settings(tmp_path, github.url, DATABASE_URL=db_url, REDIS_URL=redis_url)
         upgrade(db_url)
-        rt = services.build(settings)  # a real Redis queue, no consumer yet
+        rt = runtime.build(settings)  # a real Redis queue, no consumer yet
         try:
             client = create_app(svc=rt).test_client()
             ids = [f"batch-{i}" for i in range(40)]

@@ -72,8 +72,8 @@ def test_worker_killed_mid_publish(
             sys.executable,
             "-c",
             (
-                "from bot.config import load_settings; from bot import services; "
-                f"services.build(load_settings()).queue.drain({vid!r})"
+                "from bot.config import load_settings; from bot import runtime; "
+                f"runtime.build(load_settings()).queue.drain({vid!r})"
             ),
         ],
         env=env,

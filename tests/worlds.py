@@ -21,7 +21,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import select
 
-from bot import messages, services
+from bot import messages, runtime, services
 from bot.db import upgrade
 from bot.models import Delivery, Verification
 from bot.verification import steps
@@ -196,7 +196,7 @@ def world(
     if shape == "embedded":
         settings = appkit.settings(tmp, github.url, **values)
         upgrade(settings.DATABASE_URL)
-        svc = services.build(settings, immediate=True)
+        svc = runtime.build(settings, immediate=True)
         app = create_app(svc=svc)
         try:
             yield World(shape, app, svc, github, app.test_client(), tmp)
@@ -208,7 +208,7 @@ def world(
             tmp, github.url, DATABASE_URL=db_url, REDIS_URL=redis_url, **values
         )
         upgrade(settings.DATABASE_URL)
-        svc = services.build(settings)
+        svc = runtime.build(settings)
         saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         consumer = svc.huey.create_consumer(
             workers=workers, worker_type="thread", periodic=False, check_worker_health=False

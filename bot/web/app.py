@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import Flask, Response, jsonify
 from sqlalchemy import text
 
-from bot import observability, services
+from bot import observability, runtime, services
 from bot.config import Settings, load_settings
 from bot.web import history, intake, reports, webhooks
 
@@ -16,7 +16,7 @@ def create_app(settings: Settings | None = None, *, svc: services.Services | Non
     observability.init_sentry(settings, "web")
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = 25 * 1024 * 1024  # GitHub caps payloads at 25 MB
-    app.extensions["rsi"] = svc or services.build(settings)
+    app.extensions["rsi"] = svc or runtime.build(settings)
     app.register_blueprint(webhooks.bp)
     app.register_blueprint(intake.bp)
     app.register_blueprint(reports.bp)
