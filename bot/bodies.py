@@ -93,15 +93,23 @@ class SpooledBody:
         if not self.budget.take_disk(len(chunk)):
             raise BudgetSpent(f"{self.budget.disk} bytes of request bodies spooled already")
         assert self._file is not None
-        self._file.write(chunk)
+        try:
+            self._file.write(chunk)
+        except OSError as exc:  # the disk is full: the same answer as a spent budget
+            self.budget.disk -= len(chunk)
+            raise BudgetSpent(f"a request body could not be spooled: {exc}") from exc
         self.size += len(chunk)
 
     def _roll_over(self) -> None:
         held = bytes(self._memory)
         if not self.budget.take_disk(len(held)):
             raise BudgetSpent(f"{self.budget.disk} bytes of request bodies spooled already")
-        self._file = tempfile.TemporaryFile(dir=self.spool_dir)  # noqa: SIM115 (closed by release)
-        self._file.write(held)
+        try:
+            self._file = tempfile.TemporaryFile(dir=self.spool_dir)  # noqa: SIM115 (closed by release)
+            self._file.write(held)
+        except OSError as exc:  # no spool folder, or the disk is full
+            self.budget.disk -= len(held)
+            raise BudgetSpent(f"a request body could not be spooled: {exc}") from exc
         self.budget.memory -= len(self._memory)
         self._memory = bytearray()
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from bot.bodies import CHUNK, MEMORY_PER_BODY, Budget, BudgetSpent, SpooledBody
@@ -66,3 +68,13 @@ def test_the_disk_budget_is_read_from_the_environment(monkeypatch: pytest.Monkey
     assert Budget().disk_limit == 12345
     monkeypatch.setenv("WEB_BODY_DISK_BYTES", "lots")
     assert Budget().disk_limit == 2 * 1024**3
+
+
+def test_a_body_that_cannot_be_spooled_is_refused_like_a_spent_budget(tmp_path: Path) -> None:
+    """No spool folder (or a full disk): the same 503 as a spent budget, nothing held."""
+    budget = Budget(memory=MEMORY_PER_BODY, disk=1 << 30)
+    body = SpooledBody(budget, spool_dir=str(tmp_path / "gone"))
+    with pytest.raises(BudgetSpent, match="could not be spooled"):
+        feed(body, 4 * CHUNK)
+    body.release()
+    assert (budget.memory, budget.disk) == (0, 0)
