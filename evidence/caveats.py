@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from evidence.load import Source
 from evidence.model import AttributionEntry, Candidate, Finding, StudyRow
+from evidence.render import fmt_value
 
 
 def _fmt_rows(rows: list[StudyRow]) -> list[str]:
@@ -48,10 +49,10 @@ def write_caveats(
         changed = [r for r in rows if r.metric == metric and r.verdict == "regressed"]
         if changed:
             r = max(changed, key=lambda x: x.delta_pct or 0)
-            unit = "s" if metric == "startup_s" else " MiB"
+            unit = "s" if metric == "startup_s" else "MiB"
             out.append(
-                f"{what} grew {r.delta_pct:+.1f}% on {r.gpu} ({r.base:.4g}{unit} → "
-                f"{r.head:.4g}{unit})."
+                f"{what} grew {r.delta_pct:+.1f}% on {r.gpu} ({fmt_value(r.base, unit)} → "
+                f"{fmt_value(r.head, unit)})."
             )
     for f in findings:
         if f.code in ("low-baseline", "environment-mismatch") and f.severity == "warning":

@@ -551,6 +551,37 @@ def test_formatting() -> None:
     assert render.md_cell("a | b\nc") == "a &#124; b c"
 
 
+def test_a_caveat_on_peak_vram_reads_whole_mib() -> None:
+    """A caveat once read "6.099e+04 MiB": VRAM reads as the environment table writes it."""
+    from evidence.caveats import write_caveats
+
+    def grown(metric: str, label: str, unit: str, base: float, head: float) -> StudyRow:
+        return StudyRow(
+            gpu="H200",
+            mode="streaming",
+            concurrency=4,
+            metric=metric,
+            label=label,
+            unit=unit,
+            better="lower",
+            base=base,
+            head=head,
+            n_base=5,
+            n_head=5,
+            delta_pct=4.0,
+            ci_low_pct=1.0,
+            ci_high_pct=7.0,
+            verdict="regressed",
+        )
+
+    vram = grown("peak_vram_mib", "peak VRAM", "MiB", 60990.4, 63429.8)
+    startup = grown("startup_s", "start-up", "s", 38.61, 40.15)
+    said = write_caveats([], [vram, startup], [], None, [])
+    assert "Server start-up grew +4.0% on H200 (38.6 s → 40.1 s)." in said
+    assert "Peak VRAM grew +4.0% on H200 (60,990 MiB → 63,430 MiB)." in said
+    assert not any("e+0" in line for line in said)
+
+
 def test_a_rate_judged_by_an_absolute_threshold_shows_its_absolute_change() -> None:
     """WER +11.5% [+0.3%, +22.7%] beside "±0.01 abs." and "no-change" read as a
     contradiction: the row shows the difference its threshold judges."""
