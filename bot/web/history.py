@@ -32,11 +32,17 @@ def _repo(rt: Services, owner: str, name: str) -> str:
     return repo
 
 
-def _filters() -> history.Filter | Response:
+def _selected(
+    rt: Services, owner: str, name: str
+) -> tuple[history.Filter, list[history.SeriesView]]:
+    """The series the token and the filters select; 404 or 400 (naming the filter)."""
+    repo = _repo(rt, owner, name)
     try:
-        return history.Filter.parse(request.args)
+        f = history.Filter.parse(request.args)
     except history.FilterError as exc:
-        return Response(f"{exc}\n", status=400, mimetype="text/plain")
+        abort(Response(f"{exc}\n", status=400, mimetype="text/plain"))
+    with rt.db.session() as s:
+        return f, history.history(s, repo, f)
 
 
 def _headers(resp: Response) -> Response:
@@ -61,12 +67,8 @@ def page(owner: str, name: str) -> Response:
     rt: Services = current_app.extensions["rsi"]
     if name.endswith((".json", ".csv")):
         return export(owner, name)
-    repo = _repo(rt, owner, name)
-    f = _filters()
-    if isinstance(f, Response):
-        return f
-    with rt.db.session() as s:
-        views = history.history(s, repo, f)
+    f, views = _selected(rt, owner, name)
+    repo = f"{owner}/{name}"
     token = rt.signer.history_token(repo)
     html = (
         environment()
@@ -87,12 +89,8 @@ def page(owner: str, name: str) -> Response:
 def export(owner: str, name: str) -> Response:
     rt: Services = current_app.extensions["rsi"]
     name, _, kind = name.rpartition(".")
-    repo = _repo(rt, owner, name)
-    f = _filters()
-    if isinstance(f, Response):
-        return f
-    with rt.db.session() as s:
-        views = history.history(s, repo, f)
+    _, views = _selected(rt, owner, name)
+    repo = f"{owner}/{name}"
 
     def bundle(vid: str, key: str | None) -> str | None:
         return None if key is None else rt.report_url(vid)
