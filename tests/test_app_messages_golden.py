@@ -9,9 +9,11 @@ template's output fails here until the golden file is rewritten:
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from markdown_it import MarkdownIt
@@ -23,6 +25,7 @@ from bot.models import RunnerJob, Verification
 from bot.repo_config import parse, render_error
 from bot.verification.reasons import Reason
 from bot.web.reports import pending_page
+from evidence.model import Candidate
 from evidence.render import COMMENT_MARKER, cut_notice, environment
 from tests.test_render import assert_golden
 
@@ -280,7 +283,39 @@ def cut() -> str:
     )
 
 
+def hostile_candidate() -> Candidate:
+    """The example candidate with every free-text field a search can write made hostile
+    (NUL aside: the intake refuses it before anything is rendered)."""
+    doc = json.loads((Path(__file__).parents[1] / "examples" / "candidate.json").read_text())
+    words = WORDS.replace("\x00", "")
+    doc |= {
+        "title": words,
+        "summary": words + " " + LONG,
+        "caveats": [words, URL],
+        "default_behavior_changes": [words],
+    }
+    return Candidate.model_validate(doc)
+
+
+def pr_title() -> str:
+    """The title of the PR the App opens: plain text (GitHub shows a title as text)."""
+    return joined(messages.pr_title(hostile_candidate()))
+
+
+def pr_opening() -> str:
+    """The body of the PR the App opens, with each of its status sections."""
+    cand = hostile_candidate()
+    url = f"https://github.com/sgl-project/sglang-omni/compare/{BASE}...{SHA}"
+    why = reason("head-not-tip")
+    return joined(
+        messages.pr_opening(cand, url, messages.status_section(hostile_verification("queued"))),
+        messages.pr_opening(cand, URL, messages.not_measured_section("v-golden01", why)),
+    )
+
+
 KINDS: dict[str, Callable[[], str]] = {
+    "pr_opening.md": pr_opening,
+    "pr_title.txt": pr_title,
     "reasons.md": reasons,
     "reasons_plain.txt": reasons_plain,
     "checks.md": checks,
