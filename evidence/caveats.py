@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from evidence.load import Source
 from evidence.model import AttributionEntry, Candidate, Finding, StudyRow
-from evidence.render import fmt_value
+from evidence.render import fmt_interval, fmt_value
 
 
 def _fmt_rows(rows: list[StudyRow]) -> list[str]:
@@ -13,7 +13,7 @@ def _fmt_rows(rows: list[StudyRow]) -> list[str]:
         mode = "streaming" if r.mode == "streaming" else r.mode
         word = "rose" if (r.delta_pct or 0) > 0 else "fell"
         interval = (
-            f" [{r.ci_low_pct:+.1f}%, {r.ci_high_pct:+.1f}%]"
+            f" {fmt_interval(r.ci_low_pct, r.ci_high_pct)}"
             if r.ci_low_pct is not None and r.ci_high_pct is not None
             else " (no interval)"
         )

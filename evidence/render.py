@@ -222,10 +222,22 @@ def fmt_pct(x: float | None) -> str:
 
 
 def fmt_interval(lo: float | None, hi: float | None) -> str:
-    """A 95% interval of a relative change: "[+1.0%, +9.8%]", or "n/a"."""
+    """A 95% interval of a relative change: "[+1.0%, +9.8%]", or "n/a". An interval
+    that excludes 0 (improved, regressed) never prints as reaching it: a bound that would
+    round to 0.0% gets more digits ("[-27.0%, -0.04%]"), or reads "-<0.0001%"."""
     if lo is None or hi is None:
         return "n/a"
-    return f"[{fmt_pct(lo)}, {fmt_pct(hi)}]"
+    excludes = (lo > 0 and hi > 0) or (lo < 0 and hi < 0)
+    return f"[{_bound(lo, excludes)}, {_bound(hi, excludes)}]"
+
+
+def _bound(x: float, excludes_zero: bool) -> str:
+    if not excludes_zero or not math.isfinite(x) or round(x, 1) != 0:
+        return fmt_pct(x)
+    for digits in (2, 3, 4):
+        if round(x, digits) != 0:
+            return f"{x:+.{digits}f}%"
+    return ("-" if x < 0 else "+") + "<0.0001%"
 
 
 def _sig3(x: float) -> str:

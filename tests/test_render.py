@@ -551,6 +551,18 @@ def test_formatting() -> None:
     assert render.md_cell("a | b\nc") == "a &#124; b c"
 
 
+def test_an_interval_that_excludes_zero_never_prints_as_reaching_it() -> None:
+    """An interval "[-27.0%, +0.0%]" beside improved read as a contradiction: a bound of an interval
+    that excludes 0 gets the digits it needs to stay on its side."""
+    assert render.fmt_interval(-27.0, -0.04) == "[-27.0%, -0.04%]"
+    assert render.fmt_interval(0.004, 3.0) == "[+0.004%, +3.0%]"
+    assert render.fmt_interval(0.00000002, 3.0) == "[+<0.0001%, +3.0%]"
+    assert render.fmt_interval(-3.0, -0.00000002) == "[-3.0%, -<0.0001%]"
+    # An interval across 0 reaches it honestly; most bounds keep one decimal.
+    assert render.fmt_interval(-0.04, 5.0) == "[+0.0%, +5.0%]"
+    assert render.fmt_interval(1.04, 9.8) == "[+1.0%, +9.8%]"
+
+
 def test_a_caveat_on_peak_vram_reads_whole_mib() -> None:
     """A caveat once read "6.099e+04 MiB": VRAM reads as the environment table writes it."""
     from evidence.caveats import write_caveats
