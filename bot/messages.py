@@ -331,8 +331,25 @@ def _quoting(error: str) -> Markup:
     )
 
 
+# A code span of the App's plain text: a word between single backticks.
+_SPAN = re.compile(r"`([^`\s](?:[^`]*[^`\s])?)`")
+
+
+def _spans(text: str) -> Markup:
+    """Plain text of `repo_config.txt.j2` ("… (`gpus` in `.github/rsi.yml`)") as Markdown:
+    each pair of backticks a code span rebuilt by `inert.code`, the rest inert text, so
+    the spans read as code and not as character references, and a backtick in a value
+    can at most move a span's edge, never make anything act."""
+    out, pos = [], 0
+    for m in _SPAN.finditer(text):
+        out += [inert.text(text[pos : m.start()]), inert.code(m.group(1))]
+        pos = m.end()
+    out.append(inert.text(text[pos:]))
+    return Markup("").join(out)
+
+
 def refused(user: str, problem: str) -> str:
-    return _say("refused", user, problem)
+    return _say("refused", user, _spans(problem))
 
 
 def reverify_queued(user: str, v: Verification) -> str:
