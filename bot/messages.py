@@ -278,7 +278,9 @@ def evidence_comment(
         if latest is not None and latest.id != good.id:
             parts.append(_say("evidence_of", good))
         if failed:
-            parts.append(_say("partial_note", failed))
+            # Merged or closed (what ran was cancelled): no retry to invite.
+            closed = latest is not None and bool(_say("closed_pr", latest))
+            parts.append(_say("partial_note", failed, closed))
         marker, _, body = evidence.partition("\n")
         parts.append(body if marker.strip() == COMMENT_MARKER else evidence)
     else:

@@ -10,7 +10,8 @@ import pytest
 
 from tests import appkit
 from tests.standin import GitHubStandIn
-from tests.test_life_words import WRITER, comments_posted, mentions, say
+from tests.test_life_words import NEW_SHA, WRITER, comments_posted, evidence_comments, mentions, say
+from tests.test_reviews import push
 from tests.worlds import World, world
 
 CONFIG = "gpus: [H200]\nrounds: 4\nmodes: [streaming]\nbudget: {max_rounds: 8}\n"
@@ -48,4 +49,34 @@ def test_a_refusal_shows_its_code_spans_not_character_references(w: World) -> No
     assert "&#96;" not in reply
     reply = _reply(w, number, "/rsi reverify h999", "c-gpu")
     assert "H999 is not among this repository's GPUs (H200; `gpus` in `.github/rsi.yml`)" in reply
+    w.github.assert_clean()
+
+
+def test_a_merged_pr_is_not_invited_to_reverify(w: World) -> None:
+    """Merging cancels what still runs: neither the check run nor the comment invites a
+    `/rsi reverify` that a merged PR cannot use."""
+    vid = w.promote()
+    w.finish(vid)
+    number = w.verification(vid).pr_number or 0
+    assert w.deliver("pull_request", push(w.github, number, NEW_SHA, "openrsi-bot"), "p") == 202
+    w.settle()
+    running = w.latest(number)
+    assert (running.head_sha, running.state) == (NEW_SHA, "dispatched")
+    payload = push(w.github, number, NEW_SHA, "openrsi-bot")
+    payload["action"] = "closed"
+    payload["pull_request"].update(state="closed", merged=True)
+    w.github.pulls[appkit.UPSTREAM.lower()][number].state = "closed"
+    assert w.deliver("pull_request", payload, "merged") == 202
+    w.settle()
+    v = w.verification(running.id)
+    assert v.state == "cancelled"
+    [done] = [
+        u for u in w.github.check_run_updates(v.check_run_id or 0) if u.get("status") == "completed"
+    ]
+    assert "the PR was merged" in done["output"]["summary"]
+    assert "/rsi reverify" not in done["output"]["summary"]
+    [comment] = evidence_comments(w, number)
+    latest = next(line for line in comment.body.splitlines() if line.startswith("**Latest:"))
+    assert "the PR was merged" in latest
+    assert "/rsi reverify" not in latest
     w.github.assert_clean()
