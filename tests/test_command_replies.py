@@ -80,3 +80,17 @@ def test_a_merged_pr_is_not_invited_to_reverify(w: World) -> None:
     assert "the PR was merged" in latest
     assert "/rsi reverify" not in latest
     w.github.assert_clean()
+
+
+def test_status_says_a_true_expected_gpu_time(w: World) -> None:
+    """Earlier runs of the task took seconds: "about 0 minutes" said nothing true."""
+    vid = w.promote()
+    w.finish(vid)
+    number = w.verification(vid).pr_number or 0
+    assert w.deliver("pull_request", push(w.github, number, NEW_SHA, "openrsi-bot"), "p") == 202
+    w.settle()
+    w.github.set_permission(appkit.UPSTREAM, WRITER, "write")
+    reply = _reply(w, number, "/rsi status", "c-status")
+    assert "expected GPU time: under a minute per GPU" in reply
+    assert "about 0 minutes" not in reply
+    w.github.assert_clean()
