@@ -58,10 +58,15 @@ def approved(s: Session, repo: str, pr_number: int, sha: str) -> str | None:
 
 
 def _verified(s: Session, repo: str, pr_number: int) -> list[Verification]:
+    """The PR's verifications of trusted heads: not those that awaited an approval."""
     return list(
         s.scalars(
             select(Verification)
-            .where(Verification.repo == repo, Verification.pr_number == pr_number)
+            .where(
+                Verification.repo == repo,
+                Verification.pr_number == pr_number,
+                Verification.held_for_approval.is_(False),
+            )
             .order_by(Verification.created_at, Verification.id)
         )
     )

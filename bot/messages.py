@@ -18,7 +18,7 @@ from bot.approvals import Outsider
 from bot.models import Verification
 from bot.repo_config import ConfigResult, render_error
 from bot.verification.machine import JobState, State
-from bot.verification.reasons import Reason
+from bot.verification.reasons import AWAITING_APPROVAL, Reason
 from evidence import inert
 from evidence.model import Candidate
 from evidence.render import (
@@ -114,6 +114,25 @@ def config_error(result: ConfigResult) -> str:
 
 def check_queued(v: Verification) -> tuple[str, str]:
     return _say("title_queued"), _say("check_queued", v)
+
+
+def _awaits(v: Verification) -> Reason:
+    """Why a verification awaits approval (who pushed which head)."""
+    return Reason.from_json(v.end_reason) or Reason(AWAITING_APPROVAL, {"sha": v.head_sha})
+
+
+def check_awaiting(v: Verification) -> tuple[str, str]:
+    return _say("title_awaiting"), _say("check_awaiting", v, _awaits(v))
+
+
+def approve_action(identifier: str) -> dict[str, str]:
+    """The Approve and verify button of a check run awaiting approval (GitHub's limits:
+    label 20 characters, description 40, identifier 20)."""
+    return {
+        "label": _say("approve_action_label")[:20],
+        "description": _say("approve_action_description")[:40],
+        "identifier": identifier[:20],
+    }
 
 
 def check_running(v: Verification) -> tuple[str, str]:
@@ -258,8 +277,13 @@ def evidence_comment(
 ) -> str:
     """Marker, ledger, the latest verification's status, then the latest good evidence:
     a later failure adds a row and a line; it never takes the evidence away."""
-    rows = ledger_rows(verifications, current)
+    # The newest head awaits approval: the top says so, and its row is the current one.
+    last = verifications[-1] if verifications else None
+    waiting = last if last and last.state == State.AWAITING_APPROVAL.value else None
+    rows = ledger_rows(verifications, waiting.id if waiting else current)
     parts = [COMMENT_MARKER]
+    if waiting is not None:
+        parts.append(_say("awaiting_approval", waiting, _awaits(waiting)))
     parts.append(
         ledger(
             rows,
@@ -270,7 +294,7 @@ def evidence_comment(
         )
     )
     latest = verifications[-1] if verifications else None
-    if latest is not None and latest.state != State.PUBLISHED.value:
+    if latest is not None and latest.state != State.PUBLISHED.value and waiting is None:
         why = Markup(end_reason(latest))
         parts.append(_say("current_status", latest, why, jobs(latest)))
     if good is not None and evidence is not None:
@@ -290,6 +314,11 @@ def evidence_comment(
 
 def notify(v: Verification, user: str, url: str) -> str:
     return _say("notify", user, v, url)
+
+
+def answer(user: str, said: Reason) -> str:
+    """A reply that mentions `user` and says `said` (a press that approved nothing)."""
+    return _say("answer", user, said)
 
 
 # ----------------------------------------------------------------------- commands

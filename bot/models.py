@@ -113,6 +113,9 @@ class Verification(Base):
     candidate: Mapped[dict[str, Any]] = mapped_column(JSON)
     trigger: Mapped[str] = mapped_column(String(200), default="intake")
     review_round: Mapped[bool] = mapped_column(default=False)
+    # Created for a head that awaited a maintainer's approval: it never ran, and is no
+    # evidence that its head is trusted (an approval is).
+    held_for_approval: Mapped[bool] = mapped_column(default=False, server_default=false())
     requested_by: Mapped[str | None] = mapped_column(String(100))
     superseded_by: Mapped[str | None] = mapped_column(String(40))
     state: Mapped[str] = mapped_column(String(20), default=State.QUEUED.value, index=True)

@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import select
 
 from bot.models import Approval, PullCommand
+from evidence.render import COMMENT_MARKER
 from evidence.synth import HEAD_SHA
 from tests import appkit
 from tests.standin import GitHubStandIn, example
@@ -96,7 +97,8 @@ def test_a_comment_delivered_before_the_push_it_predates_approves_the_old_head(
     assert approved(w, number) == {B_SHA}
     deliver(w, "pull_request", late_push, "p-c")
     assert len(w.github.dispatches) == dispatches  # C waits for its own approval
-    assert len(replies(w, number, f"/rsi reverify {C_SHA}")) == 2  # the reply, the push note
+    said = [r for r in replies(w, number, f"/rsi reverify {C_SHA}") if COMMENT_MARKER not in r]
+    assert len(said) == 2  # the reply, the push note (and the evidence comment's top line)
 
 
 def test_a_replayed_comment_cannot_approve_a_newer_head(w: World) -> None:
@@ -302,3 +304,115 @@ def test_a_command_in_a_code_block_or_quote_costs_nothing(w: World) -> None:
     ):
         deliver(w, "issue_comment", command(w.github, number, body, "mia"), f"q{i}")
     assert len(w.github.requests) == before
+
+
+# ----------------------------------------------------------------- Approve and verify
+
+
+def waiting_check(w: World, number: int, sha: str) -> Any:
+    """The App's check run of `sha` awaiting approval."""
+    v = w.latest(number)
+    assert (v.head_sha, v.state) == (sha, "awaiting-approval")
+    assert v.check_run_id is not None
+    return w.github.check_runs[v.check_run_id]
+
+
+def press(w: World, check: Any, sender: str, identifier: str = "approve-and-verify") -> Any:
+    p = _repo(copy.deepcopy(example("check_run", "requested_action")))
+    p["check_run"].update(
+        id=check.id,
+        name=check.name,
+        head_sha=check.head_sha,
+        external_id=check.external_id,
+        pull_requests=[],
+    )
+    p["requested_action"] = {"identifier": identifier}
+    p["sender"]["login"] = sender
+    return p
+
+
+def test_an_outsiders_push_awaits_approval_and_the_older_heads_run_stops(w: World) -> None:
+    """Before: the comment still bolded the older head as current, nothing said the new
+    head awaited approval, the head had no `rsi/verify` check and the older head's run
+    went on."""
+    old = w.promote()
+    number = w.verification(old).pr_number
+    assert number is not None
+    old_run = w.run_id(old, "H200")
+    dispatches = len(w.github.dispatches)
+    deliver(w, "pull_request", push(w.github, number, B_SHA, "drive-by"), "p-b")
+    assert len(w.github.dispatches) == dispatches
+    assert w.verification(old).state == "superseded"
+    assert w.github.count("POST", rf"/actions/runs/{old_run}/cancel$") == 1
+    check = waiting_check(w, number, B_SHA)
+    assert (check.name, check.status, check.conclusion) == (
+        "rsi/verify",
+        "completed",
+        "action_required",
+    )
+    [action] = check.actions
+    assert action == {
+        "label": "Approve and verify",
+        "description": "Run this commit on the GPU runners",
+        "identifier": "approve-and-verify",
+    }
+    assert f"/rsi reverify {B_SHA}" in check.output["summary"]
+    [comment] = replies(w, number, COMMENT_MARKER)
+    top = comment.split("\n\n")[1]
+    assert top.startswith("**Awaiting approval:**")
+    assert f"`{B_SHA[:10]}`" in top
+    assert "drive-by" in top
+    assert "@drive-by" not in top
+    assert "Approve and verify" in top
+    assert f"/rsi reverify {B_SHA}" in top
+    assert f"**`{B_SHA[:10]}`**" in comment  # the waiting head is the current row
+    assert f"**`{HEAD_SHA[:10]}`**" not in comment
+    w.github.assert_clean()
+
+
+def test_approve_and_verify_runs_exactly_that_sha_for_writers_only(w: World) -> None:
+    number = published_pr(w)
+    deliver(w, "pull_request", push(w.github, number, B_SHA, "drive-by"), "p-b")
+    check = waiting_check(w, number, B_SHA)
+    dispatches = len(w.github.dispatches)
+    for who, role in (("reader", "read"), ("tri", "triage")):
+        w.github.set_permission(appkit.UPSTREAM, who, role)
+        deliver(w, "check_run", press(w, check, who), f"press-{who}")
+        assert len(w.github.dispatches) == dispatches, f"{who}'s press ran unapproved code"
+        assert approved(w, number) == set()
+    w.github.set_permission(appkit.UPSTREAM, "mia", "write")
+    deliver(w, "check_run", press(w, check, "mia", "something-else"), "press-other")
+    assert len(w.github.dispatches) == dispatches
+    deliver(w, "check_run", press(w, check, "mia"), "press-mia")
+    assert len(w.github.dispatches) == dispatches + 1
+    assert w.github.dispatches[-1]["inputs"]["head_sha"] == B_SHA
+    assert approved(w, number) == {B_SHA}
+    v = w.latest(number)
+    assert (v.head_sha, v.trigger, v.requested_by) == (B_SHA, "Approve and verify by @mia", "mia")
+    assert v.check_run_id is not None
+    assert v.check_run_id != check.id
+    assert check.actions == []  # the button is gone from the waiting check run
+    [comment] = replies(w, number, COMMENT_MARKER)
+    assert "Awaiting approval" not in comment
+    w.github.assert_clean()
+
+
+def test_a_press_for_a_head_that_is_no_longer_the_head_approves_nothing(w: World) -> None:
+    number = published_pr(w)
+    deliver(w, "pull_request", push(w.github, number, B_SHA, "drive-by"), "p-b")
+    stale = waiting_check(w, number, B_SHA)
+    w.github.set_permission(appkit.UPSTREAM, "mia", "write")
+    # C is pushed; mia presses B's button before its push is delivered, then after.
+    late = push(w.github, number, C_SHA, "drive-by")
+    dispatches = len(w.github.dispatches)
+    deliver(w, "check_run", press(w, stale, "mia"), "press-1")
+    deliver(w, "pull_request", late, "p-c")
+    deliver(w, "check_run", press(w, stale, "mia"), "press-2")
+    assert len(w.github.dispatches) == dispatches
+    assert approved(w, number) == set()
+    said = replies(w, number, "@mia the **Approve and verify** you pressed")
+    assert len(said) == 2
+    assert f"`{B_SHA[:10]}`" in said[0]
+    assert f"/rsi reverify {C_SHA}" in said[0]
+    assert waiting_check(w, number, C_SHA).id != stale.id
+    w.github.assert_clean()

@@ -67,6 +67,8 @@ SAMPLE_EVENTS: list[M.Event] = [
     M.RunCompleted("H999", "success"),
     M.BundleKept("H999"),
     M.RunTimedOut("H999", 1),
+    M.AwaitApproval("b" * 40, "drive-by"),
+    M.StalePress("mia", "b" * 40, "c" * 40),
 ]
 
 
@@ -88,7 +90,12 @@ def states_reachable() -> list[M.Verification]:
     out.append(run(dispatched(), M.Supersede("v-1", "a" * 40))[0])
     out.append(run(dispatched(), M.StepFailed("X", "e", 3))[0])
     out.append(run(dispatched(), M.RunTimedOut("H100", 1), M.RunTimedOut("H200", 1))[0])
+    out.append(awaiting())
     return out
+
+
+def awaiting() -> M.Verification:
+    return M.step(fresh(), M.AwaitApproval("b" * 40, "drive-by"))[0]
 
 
 def test_every_state_is_reached() -> None:
@@ -106,6 +113,12 @@ def test_every_state_and_event(v: M.Verification, event: M.Event) -> None:
     come with a change or a retry of a dispatch, a final state carries its reason, job
     states only move forward, and every effect survives the outbox's JSON."""
     after, effects = M.step(v, event)
+    if isinstance(event, M.StalePress):  # in any state: the presser is told, nothing moves
+        assert after == v
+        assert kinds(effects) == ["Reply"]
+        kind, params = M.effect_to_json(effects[0])
+        assert M.effect_from_json(kind, params) == effects[0]
+        return
     if v.state.final:
         assert after == v
         # Only a run learnt of too late is cancelled.
@@ -282,6 +295,39 @@ def test_supersede_says_nothing_on_the_comment_and_notifies_nobody() -> None:
     assert "Notify" not in kinds(e)
 
 
+def test_a_head_awaiting_approval_runs_nothing_until_it_is_superseded() -> None:
+    """An untrusted head waits: a check run (the executor makes it `action_required` with
+    the button) and the comment say so; no start dispatches it; when an approval's own
+    verification (or a newer head) supersedes it, the button goes and the comment says
+    what is true now."""
+    v, effects = M.step(fresh(), M.AwaitApproval("b" * 40, "drive-by"))
+    assert v.state == M.State.AWAITING_APPROVAL
+    assert not v.state.final
+    assert kinds(effects) == ["EnsureCheckRun", "UpsertComment"]
+    assert v.reason == Reason(R.AWAITING_APPROVAL)
+    assert v.reason is not None
+    assert v.reason.params == {"sha": "b" * 40, "pusher": "drive-by"}
+    assert M.step(v, M.Start()) == (v, ())
+    assert M.step(v, M.AwaitApproval("b" * 40, "drive-by")) == (v, ())
+    ended, effects = M.step(v, M.Supersede("v-2", "b" * 40))
+    assert ended.state == M.State.SUPERSEDED
+    assert M.CompleteCheckRun("neutral", drop_actions=True) in effects
+    assert "UpsertComment" in kinds(effects)
+    assert "CancelRun" not in kinds(effects)
+    # Only a verification that never started waits.
+    assert M.step(dispatched(), M.AwaitApproval("b" * 40, "x")) == (dispatched(), ())
+
+
+def test_a_stale_press_is_answered_whatever_the_state() -> None:
+    for v in (dispatched(), run(dispatched(), M.Supersede("v-2", "c" * 40))[0]):
+        after, effects = M.step(v, M.StalePress("mia", "b" * 40, "c" * 40))
+        assert after == v
+        [said] = effects
+        assert isinstance(said, M.Reply)
+        assert said.user == "mia"
+        assert said.reason.params == {"sha": "b" * 40, "head": "c" * 40}
+
+
 def test_a_promoted_commit_that_is_not_the_prs_head_is_never_dispatched() -> None:
     """The PR shows another head than the promoted one: the dispatches under way are
     cancelled before they reach GitHub, and the reason names both commits and the branch."""
@@ -320,7 +366,9 @@ def test_late_events_after_the_end_change_nothing() -> None:
     for e in SAMPLE_EVENTS:
         after, effects = M.step(v, e)
         assert after == v
-        if effects:  # a run of the ended job that is not the one it had
+        if isinstance(e, M.StalePress):  # answered, nothing moves
+            assert kinds(effects) == ["Reply"]
+        elif effects:  # a run of the ended job that is not the one it had
             assert isinstance(e, M.Dispatched | M.RunLocated)
             assert effects == (M.CancelRun("H100", 7),)
 

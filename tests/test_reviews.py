@@ -174,7 +174,8 @@ def test_untrusted_push_waits_for_an_approval_of_that_sha(
     assert number is not None
     dispatches = len(github.dispatches)
     deliver(client, "pull_request", push(github, number, NEW_SHA, "drive-by"), "p-1")
-    assert latest(app, number).id == first  # nothing started
+    waiting = latest(app, number)
+    assert (waiting.head_sha, waiting.state) == (NEW_SHA, "awaiting-approval")  # runs nothing
     assert len(github.dispatches) == dispatches
     notes = [
         c.body
@@ -194,7 +195,8 @@ def test_untrusted_push_waits_for_an_approval_of_that_sha(
 
     # The approval does not stick: the next untrusted push waits again.
     deliver(client, "pull_request", push(github, number, LATER_SHA, "drive-by"), "p-2")
-    assert latest(app, number).id == approved.id
+    assert latest(app, number).state == "awaiting-approval"
+    assert verification(app, approved.id).state == "superseded"
     assert len(github.dispatches) == dispatches + 1
 
 

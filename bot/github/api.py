@@ -324,18 +324,27 @@ class GitHub:
         details_url: str,
         title: str,
         summary: str,
+        conclusion: str | None = None,
+        actions: list[dict[str, str]] | None = None,
     ) -> int:
+        """A queued check run, or one completed with `conclusion` (`action_required`
+        with its `actions`, the buttons GitHub shows on it)."""
+        kwargs: dict[str, Any] = {"status": "queued"}
+        if conclusion is not None:
+            kwargs = {"conclusion": conclusion, "completed_at": dt.datetime.now(dt.UTC)}
+        if actions is not None:
+            kwargs["actions"] = actions
         run = self._call(
             lambda: self._repo(repo).create_check_run(
                 name=CHECK_NAME,
                 head_sha=head_sha,
-                status="queued",
                 external_id=external_id,
                 details_url=details_url,
                 output={
                     "title": fit(title, CHECK_TITLE_LIMIT),
                     "summary": fit(summary, CHECK_TEXT_LIMIT, details_url),
                 },
+                **kwargs,
             )
         )
         return int(run.id)
@@ -350,6 +359,7 @@ class GitHub:
         status: str | None = None,
         conclusion: str | None = None,
         details_url: str | None = None,
+        actions: list[dict[str, str]] | None = None,
     ) -> None:
         kwargs: dict[str, Any] = {
             "output": {
@@ -365,6 +375,8 @@ class GitHub:
             kwargs["status"] = status
         if details_url:
             kwargs["details_url"] = details_url
+        if actions is not None:
+            kwargs["actions"] = actions  # [] takes the buttons away
         self._call(lambda: self._repo(repo).get_check_run(check_run_id).edit(**kwargs))
 
     def create_comment(self, repo: str, number: int, body: str, link: str | None = None) -> int:
@@ -441,3 +453,6 @@ class GitHub:
 
 
 CHECK_NAME = "rsi/verify"
+# The identifier of the Approve and verify button on a check run awaiting approval (at
+# most 20 characters); the press is bound to the check run's own head SHA.
+APPROVE_ACTION = "approve-and-verify"

@@ -105,12 +105,27 @@ def pushed(ctx: Context) -> None:
         trusted = not outsiders
     else:
         trusted = False
+    plan = config.plan_like(prev_gpus)
     if not trusted:
         ctx.github.create_comment(
             ctx.repo, number, messages.approval_needed(sender, sha, outsiders)
         )
+        # The head waits, saying so on the comment and on an `action_required` check run
+        # whose Approve and verify a writer can press; the older heads' runs stop.
+        steps.verify_head(
+            ctx.svc,
+            ctx.repo,
+            number,
+            head_sha=sha,
+            trigger=f"push by @{sender}",
+            gpus=plan.gpus,
+            rounds=plan.rounds,
+            adaptive=plan.adaptive,
+            gpu_minutes=plan.gpu_minutes,
+            modes=plan.modes,
+            awaiting=sender,
+        )
         return
-    plan = config.plan_like(prev_gpus)
     base_sha = None
     if config.base == "main":
         base_sha = ctx.github.branch_sha(ctx.repo, pull["base"]["ref"])

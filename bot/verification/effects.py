@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from bot import approvals, messages
 from bot.artifacts import TooLarge as ArtifactTooLarge
 from bot.artifacts import save_to_file
-from bot.github.api import GitHubError, Pull
+from bot.github.api import APPROVE_ACTION, GitHubError, Pull
 from bot.github.client import TooLarge
 from bot.models import BaselineMeasurement, PullRequest, RunnerJob, Verification, utcnow
 from bot.verification import machine as M
@@ -177,12 +177,15 @@ def _report_config_error(svc: Services, vid: str) -> None:
 
 
 def ensure_check_run(svc: Services, vid: str, e: M.EnsureCheckRun) -> None:
+    """The verification's one check run: queued, or for a head awaiting approval
+    `action_required` with the Approve and verify button."""
     with svc.db.session() as s:
         v = _load(s, vid)
         if v.check_run_id is not None or M.State(v.state).final:
             return  # one check run; none for a verification that ended before it began
         repo, head = v.repo, v.head_sha
-        title, summary = messages.check_queued(v)
+        waits = v.state == M.State.AWAITING_APPROVAL.value
+        title, summary = messages.check_awaiting(v) if waits else messages.check_queued(v)
     run_id = svc.github.create_check_run(
         repo,
         head_sha=head,
@@ -190,6 +193,8 @@ def ensure_check_run(svc: Services, vid: str, e: M.EnsureCheckRun) -> None:
         details_url=svc.report_url(vid),
         title=title,
         summary=summary,
+        conclusion="action_required" if waits else None,
+        actions=[messages.approve_action(APPROVE_ACTION)] if waits else None,
     )
     with svc.db.session() as s:
         _load(s, vid).check_run_id = run_id
@@ -667,6 +672,7 @@ def complete_check_run(svc: Services, vid: str, e: M.CompleteCheckRun) -> None:
         summary=summary,
         conclusion=e.conclusion,
         details_url=svc.report_url(vid),
+        actions=[] if e.drop_actions else None,
     )
 
 
@@ -678,6 +684,15 @@ def notify(svc: Services, vid: str, e: M.Notify) -> None:
         repo, number = v.repo, v.pr_number
         body = messages.notify(v, e.user, svc.report_url(vid))
     svc.github.create_comment(repo, number, body)
+
+
+def reply(svc: Services, vid: str, e: M.Reply) -> None:
+    with svc.db.session() as s:
+        v = _load(s, vid)
+        if v.pr_number is None:
+            return
+        repo, number = v.repo, v.pr_number
+    svc.github.create_comment(repo, number, messages.answer(e.user, e.reason))
 
 
 def end_verification(svc: Services, vid: str, e: M.EndVerification) -> None:
@@ -702,5 +717,6 @@ EXECUTORS: dict[type[Any], Executor] = {
     M.UpdatePrBody: update_pr_body,
     M.CompleteCheckRun: complete_check_run,
     M.Notify: notify,
+    M.Reply: reply,
     M.EndVerification: end_verification,
 }

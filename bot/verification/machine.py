@@ -30,6 +30,9 @@ class State(StrEnum):
     CANCELLED = "cancelled"
     SUPERSEDED = "superseded"
     TIMED_OUT = "timed-out"
+    # A head nobody trusted pushed: nothing runs until a maintainer approves that commit
+    # (which starts a verification of its own and supersedes this one).
+    AWAITING_APPROVAL = "awaiting-approval"
 
     @property
     def final(self) -> bool:
@@ -172,6 +175,26 @@ class Supersede:
 
 
 @dataclass(frozen=True)
+class AwaitApproval:
+    """The new verification is of a head `pusher` pushed that no trusted account vouches
+    for: it waits, with a check run a maintainer can approve from, and runs nothing."""
+
+    sha: str
+    pusher: str
+
+
+@dataclass(frozen=True)
+class StalePress:
+    """`user` pressed Approve and verify on this verification's check run of `sha`, and
+    the PR's head is `head` now: nothing is approved, and the user is told so (whatever
+    state the verification is in)."""
+
+    user: str
+    sha: str
+    head: str
+
+
+@dataclass(frozen=True)
 class HeadNotTip:
     """The PR shows `tip`, not the promoted `sha` (the branch moved, or the PR it names
     is elsewhere): evidence of `sha` would be of a commit the PR does not show."""
@@ -209,6 +232,8 @@ Event = (
     | Supersede
     | HeadNotTip
     | StepFailed
+    | AwaitApproval
+    | StalePress
 )
 
 # --------------------------------------------------------------------------- effects
@@ -264,6 +289,7 @@ class UpdatePrBody:
 @dataclass(frozen=True)
 class CompleteCheckRun:
     conclusion: str
+    drop_actions: bool = False  # the run offered Approve and verify: take the button away
 
 
 @dataclass(frozen=True)
@@ -271,6 +297,14 @@ class Notify:
     """One short reply that mentions whoever asked for the verification."""
 
     user: str
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One short reply that mentions `user`, saying `reason`."""
+
+    user: str
+    reason: Reason
 
 
 @dataclass(frozen=True)
@@ -293,6 +327,7 @@ Effect = (
     | UpdatePrBody
     | CompleteCheckRun
     | Notify
+    | Reply
     | EndVerification
 )
 EFFECTS: dict[str, type[Any]] = {
@@ -309,6 +344,7 @@ EFFECTS: dict[str, type[Any]] = {
         UpdatePrBody,
         CompleteCheckRun,
         Notify,
+        Reply,
         EndVerification,
     )
 }
@@ -325,6 +361,10 @@ def effect_from_json(kind: str, params: dict[str, Any]) -> Effect:
     cls = EFFECTS[kind]
     if cls is EndVerification:
         return EndVerification(State(params["state"]), Reason.from_json(params.get("reason")))
+    if cls is Reply:
+        said = Reason.from_json(params["reason"])
+        assert said is not None
+        return Reply(params["user"], said)
     effect: Effect = cls(**params)
     return effect
 
@@ -341,6 +381,9 @@ def step(v: Verification, event: Event) -> tuple[Verification, tuple[Effect, ...
         j = v.job(event.gpu)
         if j is not None and (j.state.over or v.state.final) and j.run_id != event.run_id:
             return v, (CancelRun(j.gpu, event.run_id),)
+    if isinstance(event, StalePress):
+        said = Reason(R.APPROVAL_STALE, {"sha": event.sha, "head": event.head})
+        return v, (Reply(event.user, said),)
     if v.state.final:
         return v, ()
     match event:
@@ -375,6 +418,8 @@ def step(v: Verification, event: Event) -> tuple[Verification, tuple[Effect, ...
             return _end(v, State.SUPERSEDED, reason, comment=False, notify=False)
         case HeadNotTip():
             return _end(v, State.FAILED, event.reason)
+        case AwaitApproval():
+            return _await(v, event)
         case StepFailed():
             reason = Reason(
                 R.STEP_FAILED,
@@ -382,6 +427,14 @@ def step(v: Verification, event: Event) -> tuple[Verification, tuple[Effect, ...
             )
             return _end(v, State.FAILED, reason)
     raise TypeError(f"not an event: {event!r}")  # pragma: no cover - exhaustive above
+
+
+def _await(v: Verification, e: AwaitApproval) -> tuple[Verification, tuple[Effect, ...]]:
+    if v.state != State.QUEUED or any(j.state != JobState.PENDING for j in v.jobs):
+        return v, ()  # only a verification that never started waits
+    reason = Reason(R.AWAITING_APPROVAL, {"sha": e.sha, "pusher": e.pusher})
+    v = replace(v, state=State.AWAITING_APPROVAL, reason=reason)
+    return v, (EnsureCheckRun(), UpsertComment())
 
 
 def _start(v: Verification, e: Start) -> tuple[Verification, tuple[Effect, ...]]:
@@ -512,7 +565,10 @@ def _end(
     notify: bool = True,
 ) -> tuple[Verification, tuple[Effect, ...]]:
     """End without (new) evidence: cancel what still runs, say why. The comment is
-    rendered from everything known, so evidence published earlier stays."""
+    rendered from everything known, so evidence published earlier stays. A verification
+    that awaited approval takes its button away and always says so on the comment, whose
+    top line said it awaited."""
+    awaited = v.state == State.AWAITING_APPROVAL
     effects: list[Effect] = []
     for j in v.jobs:
         if j.state.live:
@@ -521,8 +577,8 @@ def _end(
         elif j.state in (JobState.PENDING, JobState.COMPLETED):
             v = v.with_job(replace(j, state=JobState.CANCELLED))
     v = replace(v, state=state, reason=reason)
-    effects.append(CompleteCheckRun(conclusion))
-    if comment:
+    effects.append(CompleteCheckRun(conclusion, drop_actions=awaited))
+    if comment or awaited:
         effects.append(UpsertComment())
     effects.append(EndVerification(state, reason))
     if notify and v.requested_by:

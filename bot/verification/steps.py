@@ -224,12 +224,18 @@ def verify_head(
     requested_by: str | None = None,
     base_sha: str | None = None,
     review_round: bool = False,
+    awaiting: str | None = None,
 ) -> Verification | None:
     """Queue a verification of the PR's head (a copy of the PR's last candidate with the
     new head) and supersede every earlier one still active. None when the PR has no
     earlier verification to copy. An active verification of the same head, base, GPUs,
     rounds (fixed, or until decided with the same cap and budget) and modes is returned
-    as it is (with `requested_by` if it had nobody)."""
+    as it is (with `requested_by` if it had nobody).
+
+    With `awaiting` (who pushed the head), the head is not trusted: the verification
+    waits for a maintainer's approval and runs nothing (its check run offers Approve and
+    verify); the older heads' verifications are superseded all the same, their runs
+    cancelled. An approval verifies the head anew and supersedes the waiting one."""
     with svc.db.session() as s:
         prev = store.latest(s, repo, number)
         pr = store.pull_request(s, repo, number)
@@ -244,6 +250,8 @@ def verify_head(
             sorted(modes),
         )
         for v in store.active(s, repo, number):
+            if (v.state == M.State.AWAITING_APPROVAL.value) != (awaiting is not None):
+                continue  # a measurement under way is never one that awaits approval
             how_many = (v.rounds, bool(v.adaptive), v.gpu_budget_minutes)
             if (v.head_sha, v.base_sha, sorted(v.gpus), how_many, sorted(v.modes)) == wanted:
                 # The same measurement is under way: whoever asks is told when it ends.
@@ -278,8 +286,11 @@ def verify_head(
                 requested_by=requested_by,
                 review_round=review_round,
                 installation_id=prev.installation_id,
+                held=awaiting is not None,
             ),
         )
+        if awaiting is not None:
+            store.first_step(s, new, M.AwaitApproval(head_sha, awaiting))
         older = [v.id for v in store.active(s, repo, number) if v.id != new.id]
     new_id = new.id
 
@@ -289,7 +300,10 @@ def verify_head(
     for vid in older:
         apply(svc, vid, M.Supersede(new_id, head_sha), mark)
     log.info("%s of %s#%s at %s (%s)", new.id, repo, number, head_sha[:10], trigger)
-    svc.queue.start(new.id)
+    if awaiting is not None:
+        svc.queue.drain(new_id)
+    else:
+        svc.queue.start(new_id)
     return new
 
 

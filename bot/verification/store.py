@@ -67,6 +67,7 @@ class NewVerification:
     requested_by: str | None = None
     review_round: bool = False
     installation_id: int | None = None
+    held: bool = False  # a head awaiting approval: see `first_step`
 
 
 def create(s: Session, new: NewVerification) -> Verification:
@@ -92,6 +93,7 @@ def create(s: Session, new: NewVerification) -> Verification:
         requested_by=new.requested_by,
         review_round=new.review_round,
         installation_id=new.installation_id,
+        held_for_approval=new.held,
         state=M.State.QUEUED.value,
         version=0,
     )
@@ -101,6 +103,19 @@ def create(s: Session, new: NewVerification) -> Verification:
         s.add(RunnerJob(verification_id=v.id, gpu=gpu, state=M.JobState.PENDING.value))
     s.flush()
     return v
+
+
+def first_step(s: Session, v: Verification, event: M.Event) -> None:
+    """The first transition of a verification created in this session, written with it
+    (nobody else sees it before the commit: no compare-and-set), its effects included: a
+    head awaiting approval is never queued, not for an instant the reconciler could see."""
+    s.flush()
+    s.expire(v, ["jobs"])
+    after, effects = M.step(snapshot(v), event)
+    _write(v, after)
+    for e in effects:
+        kind, params = M.effect_to_json(e)
+        s.add(Effect(verification_id=v.id, kind=kind, params=params, attempts=0))
 
 
 # ----------------------------------------------------------------------- snapshots
