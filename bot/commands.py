@@ -19,6 +19,7 @@ NAMES = ("reverify", "status", "cancel", "help")
 _LINE = re.compile(r"^/rsi(?:\s+(.*))?$")
 _GPU = re.compile(r"^h\d{3}$")
 _SHA = re.compile(r"^[0-9a-f]{7,40}$")
+MAX_DIGITS = 40  # of rounds=N
 
 
 @dataclass
@@ -105,7 +106,9 @@ def parse(text: str) -> Command | None:
             cmd.gpus, cmd.all_gpus = None, True
         elif low.startswith("rounds="):
             value = low.removeprefix("rounds=")
-            if value.isascii() and value.isdigit() and len(value) <= 3:
+            # Any whole number (the repository's budget says which are allowed); the
+            # length bound keeps int() from a thousands-digit word.
+            if value.isascii() and value.isdigit() and len(value) <= MAX_DIGITS:
                 cmd.rounds = int(value)
             elif value == "auto":
                 cmd.rounds = "auto"

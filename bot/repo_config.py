@@ -334,7 +334,9 @@ class RepoConfig(BaseModel):
         if rounds < MIN_ROUNDS:
             return _words("rounds_too_few", rounds, MIN_ROUNDS)
         if rounds > self.budget.max_rounds:
-            return _words("rounds_over_budget", rounds, self.budget.max_rounds, CONFIG_PATH)
+            return _words(
+                "rounds_over_budget", rounds, self.budget.max_rounds, CONFIG_PATH, MIN_ROUNDS
+            )
         return None
 
     def plan(

@@ -44,7 +44,7 @@ def test_a_refusal_shows_its_code_spans_not_character_references(w: World) -> No
     """The refusal once read "&#96;budget.max_rounds&#96; in &#96;.github/rsi.yml&#96;"."""
     number = _pr(w)
     reply = _reply(w, number, "/rsi reverify rounds=50", "c-over")
-    assert "50 rounds is more than this repository's budget (8," in reply
+    assert "50 rounds is more than this repository's budget allows: from 3 to 8" in reply
     assert "`budget.max_rounds` in `.github/rsi.yml`" in reply
     assert "&#96;" not in reply
     reply = _reply(w, number, "/rsi reverify h999", "c-gpu")
@@ -93,4 +93,13 @@ def test_status_says_a_true_expected_gpu_time(w: World) -> None:
     reply = _reply(w, number, "/rsi status", "c-status")
     assert "expected GPU time: under a minute per GPU" in reply
     assert "about 0 minutes" not in reply
+    w.github.assert_clean()
+
+
+def test_too_many_rounds_are_answered_with_the_allowed_range(w: World) -> None:
+    """`rounds=99999999999` was answered "must be a whole number": it is one."""
+    number = _pr(w)
+    reply = _reply(w, number, "/rsi reverify rounds=99999999999", "c-huge")
+    assert "whole number" not in reply
+    assert "99999999999 rounds is more than this repository's budget allows: from 3 to 8" in reply
     w.github.assert_clean()
