@@ -6,7 +6,6 @@ rendered here."""
 from __future__ import annotations
 
 import re
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -222,9 +221,11 @@ def _row(v: Verification, current: bool) -> LedgerRow:
         trigger=_trigger(v.trigger),
         current=current,
     )
+    # Measured numbers stay in the row whatever came after (a verification superseded
+    # after its evidence was recorded keeps them).
+    for g, h in (v.headline or {}).items():
+        row.cells[g] = _cell(h, None)
     if v.state == State.PUBLISHED.value:
-        for g, h in (v.headline or {}).items():
-            row.cells[g] = _cell(h, None)
         row.claim = CLAIM_WORDS.get(v.claim_status or "none", "")
     else:
         row.claim = v.state
@@ -238,12 +239,15 @@ def _row(v: Verification, current: bool) -> LedgerRow:
 
 
 def ledger_rows(verifications: list[Verification], current: str) -> list[LedgerRow]:
-    """One row per commit: the latest verification of each head, oldest commit first."""
-    by_sha: OrderedDict[str, Verification] = OrderedDict()
-    for v in verifications:
-        by_sha.pop(v.head_sha, None)
-        by_sha[v.head_sha] = v
-    return [_row(v, v.id == current) for v in by_sha.values()]
+    """Oldest first: a row for every verification that measured (a published row is
+    never replaced: measuring a commit again adds a row), and each commit's latest
+    verification when nothing measured came after it (its status: running, failed…)."""
+    last = {v.head_sha: i for i, v in enumerate(verifications)}
+    return [
+        _row(v, v.id == current)
+        for i, v in enumerate(verifications)
+        if v.headline or v.state == State.PUBLISHED.value or last[v.head_sha] == i
+    ]
 
 
 def ledger(
@@ -296,7 +300,10 @@ def evidence_comment(
     latest = verifications[-1] if verifications else None
     if latest is not None and latest.state != State.PUBLISHED.value and waiting is None:
         why = Markup(end_reason(latest))
-        parts.append(_say("current_status", latest, why, jobs(latest)))
+        said = Reason.from_json(latest.end_reason)
+        # Each GPU's own reason, as the check run names it, unless the end reason is it.
+        failed = [j for j in _failed_jobs(latest) if j.reason != said]
+        parts.append(_say("current_status", latest, why, failed))
     if good is not None and evidence is not None:
         failed = _failed_jobs(good)
         if latest is not None and latest.id != good.id:

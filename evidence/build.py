@@ -20,7 +20,7 @@ from evidence.control import control_result, control_rows, demote
 from evidence.design import design_result
 from evidence.errors import InputError, NotOneVerification
 from evidence.limits import DEFAULT, Limits
-from evidence.links import links, reproduce
+from evidence.links import links, measured_by_runner, reproduce
 from evidence.load import Source, format_validation, load
 from evidence.model import (
     Adaptive,
@@ -126,6 +126,7 @@ def build(inputs: Inputs) -> tuple[Evidence, list[Source]]:
             design=design_result(src.manifest),
             host_cpu=host_cpu(src, policy),
             control=control_result(src, controls),
+            measured=measured_by_runner(src),
         )
     m = sources[0].manifest
     ev = Evidence(

@@ -598,6 +598,26 @@ class ControlResult(BaseModel):
     runner_summary: str | None = None
 
 
+class Measured(BaseModel):
+    """What one GPU's runner measured, from its manifest's `benchmark` (docs/bundle.md)
+    and its runs: the runner's own text, bounded; None or empty where not recorded."""
+
+    command: str | None = None  # the first mode's benchmark command (a template)
+    commands: dict[str, str] = Field(default_factory=dict)  # per mode
+    server_command: str | None = None
+    dataset: str | None = None
+    dataset_sha256: str | None = None
+    dataset_sha256_head: str | None = None  # only when the head read another file
+    modes: list[str] = Field(default_factory=list)
+    concurrencies: list[int] = Field(default_factory=list)
+    rounds: int | Literal["auto"] | None = None  # a side, or "auto": until decided
+    max_rounds: int | None = None  # with "auto": the most a side
+    gpu_minutes_budget: float | None = None  # with "auto": at most, both sides
+    threshold_pct: float | None = None  # with "auto": the runner's practical threshold
+    requests: int | None = None  # measured requests a run
+    warmup_requests: int | None = None  # before each measured run
+
+
 class GpuResult(BaseModel):
     verdict: Overall
     reason: str
@@ -619,6 +639,8 @@ class GpuResult(BaseModel):
     host_cpu: HostCpu | None = None
     # The null control (None: none ran, or evidence from before controls).
     control: ControlResult | None = None
+    # The benchmark, dataset, requests and rounds (None: evidence from before this).
+    measured: Measured | None = None
 
 
 class ClaimRowResult(BaseModel):
@@ -674,6 +696,8 @@ class Reproduce(BaseModel):
     image: str | None
     image_digest: str | None
     gpus: list[str]
+    # The commit of the runner's checkout that measured (None: not recorded).
+    runner_commit: str | None = None
 
 
 class Evidence(BaseModel):

@@ -37,6 +37,7 @@ from evidence.model import (
     Finding,
     Headline,
     HostCpu,
+    Measured,
     Plot,
     RoundValue,
     Severity,
@@ -830,6 +831,41 @@ def method_views(ev: Evidence) -> list[MethodView]:
     return out
 
 
+@dataclass(frozen=True)
+class MeasuredView:
+    """Per GPU: what its runner measured (`Measured`, the runner's text) beside the
+    design and the unit of its rounds; the templates say it."""
+
+    gpu: str
+    m: Measured
+    design: str | None  # the engine's name for a known design, else the recorded name
+    known: bool  # a design the engine knows (an unknown name is shown as a code span)
+    control: bool  # a null control ran beside the pairs
+    unit: str  # "round", or "burst" for an alternating design
+    rounds: int  # rounds a side that ran, when the bundle did not record the number
+
+
+def measured_views(ev: Evidence) -> list[MeasuredView]:
+    """Per GPU whose evidence records what was measured (not evidence from before)."""
+    out = []
+    for gpu, g in ev.gpus.items():
+        if g.measured is None:
+            continue
+        d = g.design
+        out.append(
+            MeasuredView(
+                gpu=gpu,
+                m=g.measured,
+                design=(design.title(d.name) if d.known else d.name) if d else None,
+                known=bool(d and d.known),
+                control=g.control is not None,
+                unit=unit_of(ev, gpu),
+                rounds=g.rounds_per_side,
+            )
+        )
+    return out
+
+
 STOP_WORDS = {
     "decided": "every primary row was improved, regressed or equivalent",
     "max-rounds": "the most rounds a side were run before a decision",
@@ -904,6 +940,7 @@ class ReproView:
     image: str | None
     image_digest: str | None
     gpus: list[str]
+    runner_commit: str | None = None
 
 
 def reproduce_view(ev: Evidence) -> ReproView:
@@ -921,6 +958,7 @@ def reproduce_view(ev: Evidence) -> ReproView:
         r.image,
         r.image_digest,
         r.gpus or list(ev.gpus),
+        r.runner_commit,
     )
 
 
@@ -1144,6 +1182,7 @@ def _md_context(ev: Evidence, report_url: str | None) -> dict[str, Any]:
         "counts": severity_counts(ev.audit),
         "rounds_views": rounds_views(ev),
         "method_views": method_views(ev),
+        "measured_views": measured_views(ev),
     }
 
 
@@ -1261,6 +1300,7 @@ def render_report(ev: Evidence, out_dir: Path) -> str:
         environments=environment_views(ev),
         rounds_views=rounds_views(ev),
         method_views=method_views(ev),
+        measured_views=measured_views(ev),
         plots=plot_images(ev.plots, out_dir),
         rounds=sorted_rounds(ev),
         candidate=candidate_view(ev),

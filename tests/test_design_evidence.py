@@ -113,7 +113,10 @@ def test_alternate_design_is_in_the_evidence_and_every_text(tmp_path: Path) -> N
     assert "in a configuration compared as pairs, the paired test" in t["report"]
     assert "bursts until decided (at most 12 a side" in t["comment"]
     assert "head rounds)" not in t["comment"]
-    assert "--modes streaming --design alternate --out bundle-h200" in t["comment"]
+    assert (
+        "--rounds auto --max-rounds 12 --threshold-pct 3 --modes streaming --concurrencies 16 "
+        "--requests 128 --warmup-requests 16 --design alternate --out bundle-h200"
+    ) in t["comment"]
     assert "45% of 143,771 MiB given, 6,100 MiB used" in t["report"]
     assert "8.10 s" in t["report"]
     assert (

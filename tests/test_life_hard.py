@@ -173,7 +173,8 @@ def test_one_ledger_row_per_commit_and_old_rows_fold() -> None:
     assert f"`{rows[0].sha[:10]}`" not in text
 
 
-def test_a_commit_verified_twice_is_one_ledger_row(w: World) -> None:
+def test_a_commit_verified_twice_has_a_ledger_row_for_each_result(w: World) -> None:
+    """Measuring a commit again adds a row: the published one is never replaced."""
     number, _ = _published_then(w)
     w.github.set_permission(appkit.UPSTREAM, "mia", "write")
     w.deliver("issue_comment", command(w.github, number, "/rsi reverify", "mia"), "c1")
@@ -181,7 +182,7 @@ def test_a_commit_verified_twice_is_one_ledger_row(w: World) -> None:
     w.finish(w.latest(number).id)
     [comment] = evidence_comments(w, number)
     ledger = comment.split("### Commits verified on this PR", 1)[1].split("\n\n", 2)[1]
-    assert ledger.count(f"`{HEAD_SHA[:10]}`") == 1
+    assert ledger.count(f"`{HEAD_SHA[:10]}`") == 2
 
 
 # ----------------------------------------------------------------------- 2d

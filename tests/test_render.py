@@ -208,6 +208,7 @@ def test_comment_begins_with_marker_verdict_and_claim(improved: Evidence) -> Non
     sections = [ln for ln in lines if ln.startswith("### ")]
     assert sections == [
         "### Serving study",
+        "### What was measured",
         "### How it was measured",
         "### Raw-record audit",
         "### Caveats",
