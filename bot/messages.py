@@ -394,6 +394,12 @@ def reverify_queued(user: str, v: Verification) -> str:
     return _say("reverify_queued", user, v)
 
 
+def reverify_joined(user: str, v: Verification, told: bool) -> str:
+    """A request for the measurement already under way: it joined `v` (told: whoever
+    asked is told when it ends)."""
+    return _say("reverify_joined", user, v, told)
+
+
 def nothing_to_repeat(user: str) -> str:
     return _say("nothing_to_repeat", user)
 

@@ -14,6 +14,7 @@ from tests.test_life_words import NEW_SHA, WRITER, comments_posted, evidence_com
 from tests.test_reviews import push
 from tests.worlds import World, world
 
+OTHER = "second-sam"
 CONFIG = "gpus: [H200]\nrounds: 4\nmodes: [streaming]\nbudget: {max_rounds: 8}\n"
 
 
@@ -102,4 +103,19 @@ def test_too_many_rounds_are_answered_with_the_allowed_range(w: World) -> None:
     reply = _reply(w, number, "/rsi reverify rounds=99999999999", "c-huge")
     assert "whole number" not in reply
     assert "99999999999 rounds is more than this repository's budget allows: from 3 to 8" in reply
+    w.github.assert_clean()
+
+
+def test_asking_for_what_runs_says_it_joined_it(w: World) -> None:
+    """A maintainer asks while the intake's own run is under way: the request joined that
+    verification, and the reply says so (not "is queued")."""
+    vid = w.promote()
+    number = w.verification(vid).pr_number or 0
+    w.github.set_permission(appkit.UPSTREAM, WRITER, "write")
+    reply = _reply(w, number, "/rsi reverify", "c-ask", WRITER)
+    assert f"your request joined verification `{vid}`" in reply
+    assert "**dispatched**" in reply
+    assert "is queued" not in reply
+    assert "told when it ends" in reply
+    assert len(w.github.dispatches) == 1  # the running one is the answer
     w.github.assert_clean()

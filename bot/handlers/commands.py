@@ -151,6 +151,8 @@ def _reverify(ctx: Context, number: int, user: str, cmd: Command, said: Said) ->
     base_sha = None
     if cmd.base_main or config.base == "main":
         base_sha = ctx.github.branch_sha(ctx.repo, pull.base_ref)
+    with ctx.db.session() as s:
+        under_way = {a.id for a in store.active(s, ctx.repo, number)}
     v = steps.verify_head(
         ctx.svc,
         ctx.repo,
@@ -167,6 +169,9 @@ def _reverify(ctx: Context, number: int, user: str, cmd: Command, said: Said) ->
     )
     if v is None:
         return messages.nothing_to_repeat(user)
+    if v.id in under_way:
+        # The same measurement was under way: the request joined it.
+        return messages.reverify_joined(user, v, user in (v.requested_by or "").split())
     return messages.reverify_queued(user, v)
 
 
