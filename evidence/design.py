@@ -45,6 +45,20 @@ DESIGNS: dict[str, Words] = {
             "the two resident servers do not disturb each other while one is frozen",
         ),
     ),
+    "crossover": Words(
+        "simultaneous crossover on two GPUs",
+        "burst",
+        "base and head servers kept resident on each of two GPUs of one host; a pair is two "
+        "bursts{burst} at the same time, base on one GPU and head on the other, the GPUs "
+        "swapped every pair; analysed with the GPU as a block",
+        (
+            "the host's drift at one instant falls on both GPUs alike (the two bursts of a "
+            "pair run at the same time)",
+            "the two GPUs' speed difference stays the same over two pairs (the GPU term "
+            "removes it)",
+            "the frozen servers do not slow the two that serve",
+        ),
+    ),
 }
 
 UNKNOWN_SUMMARY = "not a design this engine knows; its runs are analysed unpaired"

@@ -128,7 +128,7 @@ class Adaptive(_Open):
 # Designs the engine knows how to analyse as pairs (base and head runs of the same
 # mode, concurrency and round measured close in time); any other name, even one that
 # says `paired`, is analysed unpaired.
-PAIRED_DESIGNS = frozenset({"alternate"})
+PAIRED_DESIGNS = frozenset({"alternate", "crossover"})
 
 
 class DesignServer(_Open):

@@ -191,11 +191,13 @@ def parser() -> argparse.ArgumentParser:
     )
     opt.add_argument(
         "--design",
-        choices=("auto", "sequential", "alternate"),
+        choices=("auto", "sequential", "alternate", "crossover"),
         default="auto",
         help="auto (default): the task's [benchmark] design; sequential: a server start per "
         "run; alternate: both servers resident on one GPU, the idle one frozen, bursts of "
-        "--requests alternating (runners/resident.py)",
+        "--requests alternating (runners/resident.py); crossover: base and head resident on "
+        "each of two GPUs, a pair is two simultaneous bursts, GPUs swapped every pair "
+        "(runners/crossover.py)",
     )
     opt.add_argument(
         "--control",

@@ -49,6 +49,11 @@ SUMMARY = {
         "base and head servers started once and kept resident on one GPU; the idle one "
         "frozen while the other serves a burst; bursts alternate base, head, head, base, …"
     ),
+    "crossover": (
+        "base and head servers resident on each of two GPUs; a pair is two simultaneous "
+        "bursts, base on one GPU and head on the other, the GPUs swapped every pair; the "
+        "two servers not in the pair frozen"
+    ),
     "sequential": (
         "one server start per run; rounds of base and head interleaved base, head, head, base, …"
     ),
@@ -61,6 +66,14 @@ ASSUMES = {
         "whoever serves second in a pair gains or loses the same for either side "
         "(the order term removes it)",
     ],
+    "crossover": [
+        "the host's drift at one instant is common to both GPUs (the two bursts of a pair "
+        "run at the same time, so it cancels)",
+        "the two GPUs' speed difference is constant over two pairs (the swap and the GPU "
+        "term remove it)",
+        "the frozen servers do not slow the two serving (they hold memory, not compute; each "
+        "has a network of its own; both GPUs are idle before every pair)",
+    ],
     "sequential": [
         "the host's drift falls on both sides alike over a balanced schedule",
         "rounds are independent: minutes apart, they are not analysed as pairs",
@@ -68,12 +81,15 @@ ASSUMES = {
 }
 
 
+PAIRED = ("alternate", "crossover")  # the designs whose runs are analysed as pairs
+
+
 def describe(name: str, **extra: Any) -> dict[str, Any]:
     """The manifest's `design` for a design name."""
     return {
         "name": name,
-        "paired": name == "alternate",
-        "unit": "burst" if name == "alternate" else "round",
+        "paired": name in PAIRED,
+        "unit": "burst" if name in PAIRED else "round",
         "summary": SUMMARY[name],
         "assumes": ASSUMES[name],
         **extra,
@@ -166,6 +182,8 @@ def per_row(v: Verifier) -> bool:
 class Alternation:
     """Runs the plan with both servers resident; `Verifier.run` calls `run()`."""
 
+    name = "alternate"
+
     def __init__(self, v: Verifier) -> None:
         self.v = v
         self.servers: dict[str, Resident] = {}
@@ -192,7 +210,8 @@ class Alternation:
 
     def _start(self, slot: str, p: schedule.Planned) -> Resident:
         v = self.v
-        side = "base" if slot == "control" else slot
+        side = self._side(slot)
+        device = self._device(slot)
         self.starts += 1
         label = f"resident-{slot}-{self.starts}"
         scratch = v.fresh_scratch(label)
@@ -200,7 +219,7 @@ class Alternation:
         t = time.monotonic()
         if self.held_since is None:
             self.held_since = t
-        s = v.launch_server(side, p, label, scratch, log)
+        s = v.launch_server(side, p, label, scratch, log, device=device)
         res = Resident(
             slot,
             side,
@@ -219,6 +238,7 @@ class Alternation:
                 "started_at": iso(),
                 "memory_fraction": MEMORY_FRACTION,
                 "network": v.sandbox.describe_net(s.group),
+                **({"cuda_visible_devices": device} if device is not None else {}),
             },
         )
         res.net = s.net  # the runner holds the namespace open
@@ -233,6 +253,20 @@ class Alternation:
             raise
         res.pending_s += time.monotonic() - t
         return res
+
+    def _side(self, slot: str) -> str:
+        """Whose code a slot's server runs (the control's is the base's)."""
+        return "base" if slot == "control" else slot
+
+    def _device(self, slot: str) -> str | None:
+        """The GPU a slot's server is given (CUDA_VISIBLE_DEVICES); None: the runner's."""
+        return None
+
+    def _switch(self, slot: str) -> dict[str, Any] | None:
+        """Before a burst of `slot`: wait until the GPU has run what another side queued."""
+        switch = gpu_quiet(self.v.backend) if self.active not in (None, slot) else None
+        self.active = slot
+        return switch
 
     def _vram(self) -> tuple[int | None, int | None]:
         """GPU memory used now, and the GPU's total (MiB)."""
@@ -432,7 +466,7 @@ class Alternation:
         )
         t0 = time.monotonic()
         info: dict[str, Any] = {
-            "design": "alternate",
+            "design": self.name,
             "startup_s": None,
             "peak_vram_mib": None,
             "gpu_backend": v.backend.name,
@@ -467,8 +501,7 @@ class Alternation:
             info["peak_vram_mib"] = res.record.get("vram_mib")
             self._only(slot)
             # after another side served, its queued GPU work must be done before this one
-            switch = gpu_quiet(v.backend) if self.active not in (None, slot) else None
-            self.active = slot
+            switch = self._switch(slot)
             info["switch"] = switch
             if switch is not None and not switch["quiet"]:
                 raise RunFailure(

@@ -38,6 +38,7 @@ from typing import Any
 from runners import (
     __version__,
     adaptive,
+    crossover,
     devices,
     fingerprint,
     gitwork,
@@ -95,7 +96,8 @@ class Options:
     threshold_pct: float = 3.0
     gpu_minutes: float | None = None
     cpu_placement: str = "split"  # runners/placement.py: server and client on disjoint cores
-    design: str = "sequential"  # or "alternate": both servers resident (runners/resident.py)
+    design: str = "sequential"  # or "alternate": both servers resident (runners/resident.py),
+    # or "crossover": base and head on two GPUs at once, swapped (runners/crossover.py)
     control: str = "none"  # "aa": a null control's pairs beside the real ones (alternate only)
     design_source: str = "option"  # "task": `--design auto` took the task's; "control": its need
 
@@ -270,7 +272,8 @@ class Verifier:
         self.backend: Backend = NoGpu()
         self.warnings: list[str] = []
         self.design = opts.design
-        self.refused: str | None = None  # why the alternate design could not run
+        self.refused: str | None = None  # why the design asked for could not run
+        self.refused_design: str | None = None  # … and which design that was
         self.minutes: Callable[[list[dict[str, Any]]], dict[str, float]] = adaptive.held_minutes
         self.rounds = self._rounds()
         self.worktrees: dict[str, Path] = {}
@@ -302,17 +305,18 @@ class Verifier:
             self.o.gpu_minutes,
             warn=self.warnings.append,
             root=self.o.out,
-            paired=self.design == "alternate",
+            paired=self.design in resident.PAIRED,
         )
 
     def _design(self) -> dict[str, Any]:
         """The manifest's `design` (runners/resident.py): what ran and what it assumes."""
         extra: dict[str, Any] = {}
-        if self.design == "alternate":
+        if self.design in resident.PAIRED:
             extra["burst_requests"] = self.requests
             extra["memory_fraction"] = resident.MEMORY_FRACTION
         if self.refused:
             extra["refused"] = self.refused
+            extra["refused_design"] = self.refused_design
         extra["chosen_by"] = self.o.design_source
         return resident.describe(self.design, **extra)
 
@@ -420,7 +424,7 @@ class Verifier:
             "rsi_root": str(self.rsi_root),
             "bench": str(self.bench_tree or ""),
             "memory_fraction": resident.MEMORY_FRACTION
-            if self.design == "alternate"
+            if self.design in resident.PAIRED
             else resident.SEQUENTIAL_MEMORY_FRACTION,
             "warmup": self.warmup,
         }
@@ -547,6 +551,12 @@ class Verifier:
 
     def _schedule(self) -> str | None:
         """Run the plan in the chosen design; why it stopped early, or None."""
+        if self.design == "crossover":
+            cross = crossover.Crossover(self)
+            try:
+                return cross.run()
+            except resident.Refused as exc:
+                self._fall_back(str(exc), cross.fallback)
         if self.design == "alternate":
             alt = resident.Alternation(self)
             try:
@@ -578,12 +588,15 @@ class Verifier:
                     )
         return stop_reason
 
-    def _fall_back(self, reason: str) -> None:
-        """Two servers do not fit: the sequential design runs the plan from the start."""
-        self.warnings.append(f"design alternate refused: {reason}")
-        if self.o.control != "none":
+    def _fall_back(self, reason: str, to: str = "sequential") -> None:
+        """The design cannot run here (two servers do not fit a GPU, or the crossover has
+        one GPU): `to` runs the plan from the start, the first refusal recorded."""
+        self.warnings.append(f"design {self.design} refused: {reason}")
+        if self.o.control != "none" and to != "alternate":
             self.warnings.append("the null control needs the alternate design: it did not run")
-        self.design, self.refused = "sequential", reason
+        if self.refused is None:
+            self.refused, self.refused_design = reason, self.design
+        self.design = to
         self.bundle.runs.clear()
         self.rounds = self._rounds()
         self.bundle.update(design=self._design())
@@ -922,11 +935,18 @@ class Verifier:
         return scratch
 
     def launch_server(
-        self, side: str, p: schedule.Planned, label: str, scratch: Path, log: Path
+        self,
+        side: str,
+        p: schedule.Planned,
+        label: str,
+        scratch: Path,
+        log: Path,
+        device: str | None = None,
     ) -> Launched:
         """Start `side`'s server for `p` in a cgroup of its own named `label`, writing to
-        `scratch/server` and `log`, pinned to the server's cores. A server that cannot be
-        started is a `start-failed` RunFailure, its cgroup already ended."""
+        `scratch/server` and `log`, pinned to the server's cores; `device`: the GPU it is
+        given (CUDA_VISIBLE_DEVICES, an index in PCI bus order), else the runner's. A server
+        that cannot be started is a `start-failed` RunFailure, its cgroup already ended."""
         port = free_port()
         vals = self.values(
             side,
@@ -940,6 +960,8 @@ class Verifier:
         (scratch / "server").mkdir()
         self.sandbox.own(side, scratch / "server")
         env = self.env(side, vals)
+        if device is not None:
+            env[devices.VISIBLE_VAR] = device
         template, variant = self.choose_server(side)
         argv = render_command(template, vals)
         health = render(self.task.server.health, vals)
