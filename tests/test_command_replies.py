@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from bot.verification import machine as M
+from bot.verification import reasons as R
+from bot.verification.reasons import Reason
 from tests import appkit
 from tests.standin import GitHubStandIn
 from tests.test_life_words import NEW_SHA, WRITER, comments_posted, evidence_comments, mentions, say
@@ -119,3 +122,56 @@ def test_asking_for_what_runs_says_it_joined_it(w: World) -> None:
     assert "told when it ends" in reply
     assert len(w.github.dispatches) == 1  # the running one is the answer
     w.github.assert_clean()
+
+
+def test_asking_for_what_runs_joins_it_and_everyone_who_asked_is_told(w: World) -> None:
+    """Two maintainers ask while the intake's own run is under way: each is answered that
+    the request joined that verification (not "is queued"), and each is told at its end."""
+    vid = w.promote()
+    number = w.verification(vid).pr_number or 0
+    for who in (WRITER, OTHER):
+        w.github.set_permission(appkit.UPSTREAM, who, "write")
+    for i, who in enumerate((WRITER, OTHER)):
+        reply = _reply(w, number, "/rsi reverify", f"c-ask-{i}", who)
+        assert f"your request joined verification `{vid}`" in reply
+        assert "**dispatched**" in reply
+        assert "is queued" not in reply
+        assert "told when it ends" in reply
+    assert len(w.github.dispatches) == 1  # the running one is the answer
+    since = len(w.github.requests)
+    w.finish(vid)
+    assert w.verification(vid).state == "published"
+    for who in (WRITER, OTHER):
+        told = [b for b in comments_posted(w, since) if mentions(b, who)]
+        assert len(told) == 1, (who, told)
+    w.github.assert_clean()
+
+
+def test_the_machine_tells_each_requester_but_the_one_who_cancelled() -> None:
+    """`requested_by` holds every login that asked, space-separated."""
+    from tests.test_machine import dispatched, run
+
+    both = "alice bob"
+    v, e = run(
+        dispatched("H200", requested_by=both),
+        M.RunCompleted("H200", "success"),
+        M.BundleKept("H200"),
+        M.EvidenceBuilt("improved", "success"),
+    )
+    assert v.state == M.State.PUBLISHED
+    assert [x for x in e if isinstance(x, M.Notify)] == [M.Notify("alice"), M.Notify("bob")]
+    cancel = M.Cancel(Reason(R.CANCELLED_BY, {"user": "bob"}))
+    _, e = run(dispatched("H200", requested_by=both), cancel)
+    assert [x for x in e if isinstance(x, M.Notify)] == [M.Notify("alice")]
+
+
+def test_a_requester_is_added_while_the_column_holds_them() -> None:
+    from bot.verification.steps import _also
+
+    assert _also(None, "alice") == "alice"
+    assert _also("alice", "bob") == "alice bob"
+    assert _also("alice bob", "alice") == "alice bob"
+    assert _also("alice", None) == "alice"
+    assert _also(None, None) is None
+    full = " ".join(["x" * 39, "y" * 39])
+    assert _also(full, "z" * 39) == full  # no room: the reply does not promise it

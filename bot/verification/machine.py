@@ -84,7 +84,7 @@ class Verification:
 
     state: State
     jobs: tuple[Job, ...]
-    requested_by: str | None = None
+    requested_by: str | None = None  # whoever asked to be told, space-separated
     reason: Reason | None = None
 
     def job(self, gpu: str) -> Job | None:
@@ -412,7 +412,7 @@ def step(v: Verification, event: Event) -> tuple[Verification, tuple[Effect, ...
         case Cancel():
             # Whoever cancels is answered by the command; anyone else who asked is told.
             by = event.reason.params.get("user")
-            return _end(v, State.CANCELLED, event.reason, notify=by != v.requested_by)
+            return _end(v, State.CANCELLED, event.reason, but=by)
         case Supersede():
             reason = Reason(R.SUPERSEDED_BY, {"id": event.by, "sha": event.sha})
             return _end(v, State.SUPERSEDED, reason, comment=False, notify=False)
@@ -550,8 +550,7 @@ def _built(v: Verification, e: EvidenceBuilt) -> tuple[Verification, tuple[Effec
         CompleteCheckRun(e.conclusion),
         EndVerification(State.PUBLISHED),
     ]
-    if v.requested_by:
-        effects.append(Notify(v.requested_by))
+    effects += _told(v)
     return v, tuple(effects)
 
 
@@ -563,6 +562,7 @@ def _end(
     conclusion: str = "neutral",
     comment: bool = True,
     notify: bool = True,
+    but: str | None = None,
 ) -> tuple[Verification, tuple[Effect, ...]]:
     """End without (new) evidence: cancel what still runs, say why. The comment is
     rendered from everything known, so evidence published earlier stays. A verification
@@ -581,6 +581,12 @@ def _end(
     if comment or awaited:
         effects.append(UpsertComment())
     effects.append(EndVerification(state, reason))
-    if notify and v.requested_by:
-        effects.append(Notify(v.requested_by))
+    if notify:
+        effects += _told(v, but)
     return v, tuple(effects)
+
+
+def _told(v: Verification, but: str | None = None) -> list[Effect]:
+    """One reply to each login that asked (`requested_by`, space-separated), except
+    `but`, who cancelled it and is answered by the command."""
+    return [Notify(u) for u in (v.requested_by or "").split() if u != but]

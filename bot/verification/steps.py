@@ -209,6 +209,15 @@ def stuck_effects(svc: Services) -> list[tuple[str, str, int]]:
 # ----------------------------------------------------------------------- review rounds
 
 
+def _also(requesters: str | None, login: str | None) -> str | None:
+    """`requested_by` with `login` added (logins space-separated), while the column holds
+    them (100 characters: two logins at least)."""
+    names = (requesters or "").split()
+    if login and login not in names and len(" ".join([*names, login])) <= 100:
+        names.append(login)
+    return " ".join(names) or None
+
+
 def verify_head(
     svc: Services,
     repo: str,
@@ -230,7 +239,7 @@ def verify_head(
     new head) and supersede every earlier one still active. None when the PR has no
     earlier verification to copy. An active verification of the same head, base, GPUs,
     rounds (fixed, or until decided with the same cap and budget) and modes is returned
-    as it is (with `requested_by` if it had nobody).
+    as it is (with `requested_by` added to whoever asked before).
 
     With `awaiting` (who pushed the head), the head is not trusted: the verification
     waits for a maintainer's approval and runs nothing (its check run offers Approve and
@@ -255,7 +264,7 @@ def verify_head(
             how_many = (v.rounds, bool(v.adaptive), v.gpu_budget_minutes)
             if (v.head_sha, v.base_sha, sorted(v.gpus), how_many, sorted(v.modes)) == wanted:
                 # The same measurement is under way: whoever asks is told when it ends.
-                v.requested_by = v.requested_by or requested_by
+                v.requested_by = _also(v.requested_by, requested_by)
                 return v
         cand = dict(prev.candidate)
         cand["head"] = {
