@@ -1,5 +1,5 @@
 """What `/rsi` commands answer a maintainer, through the stand-in GitHub: the words of
-each reply read true (issue 22, item 5)."""
+each reply read true."""
 
 from __future__ import annotations
 
