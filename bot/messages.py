@@ -284,6 +284,9 @@ def evidence_comment(
     # The newest head awaits approval: the top says so, and its row is the current one.
     last = verifications[-1] if verifications else None
     waiting = last if last and last.state == State.AWAITING_APPROVAL.value else None
+    # Merged or closed (what still ran was cancelled): no command to invite, not even
+    # `/rsi reverify base=main` for a main that moved on.
+    closed = last is not None and bool(_say("closed_pr", last))
     rows = ledger_rows(verifications, waiting.id if waiting else current)
     parts = [COMMENT_MARKER]
     if waiting is not None:
@@ -292,7 +295,7 @@ def evidence_comment(
         ledger(
             rows,
             budget=ledger_budget - 800,
-            main_moved=main_moved,
+            main_moved=0 if closed else main_moved,
             base_ref=base_ref,
             base_sha=good.base_sha if good else "",
         )
@@ -309,8 +312,6 @@ def evidence_comment(
         if latest is not None and latest.id != good.id:
             parts.append(_say("evidence_of", good))
         if failed:
-            # Merged or closed (what ran was cancelled): no retry to invite.
-            closed = latest is not None and bool(_say("closed_pr", latest))
             parts.append(_say("partial_note", failed, closed))
         marker, _, body = evidence.partition("\n")
         parts.append(body if marker.strip() == COMMENT_MARKER else evidence)

@@ -175,3 +175,27 @@ def test_a_requester_is_added_while_the_column_holds_them() -> None:
     assert _also(None, None) is None
     full = " ".join(["x" * 39, "y" * 39])
     assert _also(full, "z" * 39) == full  # no room: the reply does not promise it
+
+
+def test_a_merged_prs_comment_invites_no_command() -> None:
+    """The comment rewritten when merging cancelled what ran: neither the partial results
+    nor main having moved on invite a `/rsi reverify` a merged PR cannot use."""
+    from bot import messages
+    from evidence.render import COMMENT_MARKER
+    from tests.test_app_messages_golden import hostile_verification
+
+    published = hostile_verification("published")
+    merged = hostile_verification("cancelled", "v-golden03")
+    merged.end_reason = Reason(R.PR_CLOSED, {"state": "merged"}).to_json()
+    text = messages.evidence_comment(
+        [published, merged],
+        current=merged.id,
+        evidence=f"{COMMENT_MARKER}\nthe evidence",
+        good=published,
+        main_moved=3,
+        base_ref="main",
+        ledger_budget=20_000,
+    )
+    assert "**Partial results:**" in text
+    assert "the PR was merged" in text
+    assert "/rsi reverify" not in text
