@@ -79,6 +79,18 @@ class Crossover(Alternation):
     def _device(self, slot: str) -> str | None:
         return slot.split("@", 1)[1]
 
+    def _cpus(self, slot: str) -> frozenset[int] | None:
+        """The first GPU's servers on the first half of the servers' cores, the second's on
+        the other half: base and head serving at once do not share cores, and the halves
+        swap with the GPUs (with fewer than two cores, or no placement: the runner's)."""
+        pl = self.v.placement
+        if pl is None or len(pl.server) < 2:
+            return None
+        cores = sorted(pl.server)
+        half = (len(cores) + 1) // 2
+        on_first = self.placed_slot(slot) == self.gpus[0]
+        return frozenset(cores[:half] if on_first else cores[half:])
+
     def _switch(self, slot: str) -> dict[str, Any] | None:
         return None  # both GPUs were waited for before the pair (`run`)
 

@@ -219,7 +219,8 @@ class Alternation:
         t = time.monotonic()
         if self.held_since is None:
             self.held_since = t
-        s = v.launch_server(side, p, label, scratch, log, device=device)
+        cpus = self._cpus(slot)
+        s = v.launch_server(side, p, label, scratch, log, device=device, cpus=cpus)
         res = Resident(
             slot,
             side,
@@ -239,6 +240,7 @@ class Alternation:
                 "memory_fraction": MEMORY_FRACTION,
                 "network": v.sandbox.describe_net(s.group),
                 **({"cuda_visible_devices": device} if device is not None else {}),
+                **({"cpus": host.cpuset_spec(sorted(cpus))} if cpus else {}),
             },
         )
         res.net = s.net  # the runner holds the namespace open
@@ -260,6 +262,10 @@ class Alternation:
 
     def _device(self, slot: str) -> str | None:
         """The GPU a slot's server is given (CUDA_VISIBLE_DEVICES); None: the runner's."""
+        return None
+
+    def _cpus(self, slot: str) -> frozenset[int] | None:
+        """The cores a slot's server is pinned to; None: the placement's server half."""
         return None
 
     def _switch(self, slot: str) -> dict[str, Any] | None:
@@ -512,7 +518,8 @@ class Alternation:
                     last="gpu",
                 )
             freeze(res, False)
-            info["host_cpu_ms"] = host.loop_ms(min(v.placement.server) if v.placement else None)
+            cores = self._cpus(slot) or (v.placement.server if v.placement else None)
+            info["host_cpu_ms"] = host.loop_ms(min(cores) if cores else None)
             monitor = Monitor(v.backend, v.o.sample_interval_s).start()
             scratch = Path(str(res.vals["scratch"]))
             bvals = dict(

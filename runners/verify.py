@@ -942,10 +942,12 @@ class Verifier:
         scratch: Path,
         log: Path,
         device: str | None = None,
+        cpus: frozenset[int] | None = None,
     ) -> Launched:
         """Start `side`'s server for `p` in a cgroup of its own named `label`, writing to
         `scratch/server` and `log`, pinned to the server's cores; `device`: the GPU it is
-        given (CUDA_VISIBLE_DEVICES, an index in PCI bus order), else the runner's. A server
+        given (CUDA_VISIBLE_DEVICES, an index in PCI bus order), else the runner's; `cpus`:
+        its cores, else the servers' half of the placement. A server
         that cannot be started is a `start-failed` RunFailure, its cgroup already ended."""
         port = free_port()
         vals = self.values(
@@ -974,7 +976,7 @@ class Verifier:
         except OSError as exc:
             self.sandbox.end(side, group)
             raise RunFailure("start-failed", f"the server could not be started: {exc}") from exc
-        placement.pin(server.pid, self.placement.server if self.placement else None)
+        placement.pin(server.pid, cpus or (self.placement.server if self.placement else None))
         return Launched(server, group, vals, argv, health, port, variant)
 
     def _run_one(self, p: schedule.Planned) -> dict[str, Any]:

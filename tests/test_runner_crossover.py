@@ -10,13 +10,16 @@ import os
 import threading
 from datetime import datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from evidence.build import Inputs
 from evidence.design import design_result
+from runners.crossover import Crossover
 from runners.gpu import Backend, GpuInfo
+from runners.placement import Placement, parse_cpulist
 from runners.verify import Verifier
 from tests.test_runner_resident import _in_process
 from tests.test_runner_verify import FAKE_SMI, build, runner_env, verify
@@ -82,6 +85,11 @@ def test_crossover_runs_base_and_head_at_once_on_two_gpus_swapped_every_pair(
                 "CUDA_VISIBLE_DEVICES": s["cuda_visible_devices"],
             }
             assert f"cuda={json.dumps(cuda, sort_keys=True)}" in log
+    # the two GPUs' servers on disjoint halves of the servers' cores
+    if m["placement"]["mode"] == "split" and len(parse_cpulist(m["placement"]["server"])) > 1:
+        cores = {s["cuda_visible_devices"]: s["cpus"] for s in d["servers"]["base"]}
+        assert cores == {s["cuda_visible_devices"]: s["cpus"] for s in d["servers"]["head"]}
+        assert cores["0"] != cores["1"]
     runs = _ok(m)
     # a pair's runs are recorded in GPU order; base on GPU 0 in odd pairs, GPU 1 in even
     assert [(x["pair"], x["side"], x["gpu_index"]) for x in runs] == [
@@ -246,3 +254,17 @@ def test_servers_that_cannot_fit_twice_on_a_gpu_fall_back_to_sequential_saying_w
     assert [(x["side"], x["round"], x["status"]) for x in m["runs"]] == [
         ("base", 1, "ok"), ("head", 1, "ok"), ("head", 2, "ok"), ("base", 2, "ok")
     ]  # fmt: skip
+
+
+def test_each_gpus_servers_get_their_own_half_of_the_servers_cores() -> None:
+    v: Any = SimpleNamespace(
+        o=SimpleNamespace(control="none", verification_id="v-cores"),
+        sandbox=SimpleNamespace(isolated=False),
+        placement=Placement(frozenset(range(8)), frozenset(range(8, 16)), None),
+    )
+    c = Crossover(v)
+    c.gpus = [3, 1]  # the first GPU is the one the runner names first
+    assert c._cpus("base@3") == c._cpus("head@3") == frozenset({0, 1, 2, 3})
+    assert c._cpus("base@1") == c._cpus("head@1") == frozenset({4, 5, 6, 7})
+    v.placement = Placement(frozenset({0}), frozenset({1}), None)
+    assert c._cpus("base@3") is None  # one core: the runner's
