@@ -28,7 +28,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from runners import netns, schedule
-from runners.gpu import wait_idle
+from runners.gpu import Backend, GpuInfo, wait_idle
 from runners.resident import (
     FIT_FRACTION,
     Alternation,
@@ -42,6 +42,24 @@ from runners.util import iso
 
 if TYPE_CHECKING:
     from runners.verify import Verifier
+
+
+class OneGpu(Backend):
+    """The runner's backend read for one GPU only: what a burst on that GPU samples."""
+
+    def __init__(self, backend: Backend, index: int) -> None:
+        self.backend = backend
+        self.index = index
+        self.name = backend.name
+
+    def sample(self) -> list[dict[str, Any]]:
+        return [s for s in self.backend.sample() if s.get("gpu") == self.index]
+
+    def processes(self) -> list[dict[str, Any]] | None:
+        return self.backend.processes()
+
+    def info(self) -> GpuInfo:
+        return self.backend.info()
 
 
 def gpus_of(v: Verifier) -> list[int]:
@@ -90,6 +108,9 @@ class Crossover(Alternation):
         half = (len(cores) + 1) // 2
         on_first = self.placed_slot(slot) == self.gpus[0]
         return frozenset(cores[:half] if on_first else cores[half:])
+
+    def _sampled(self, slot: str) -> Backend:
+        return OneGpu(self.v.backend, self.placed_slot(slot))
 
     def _switch(self, slot: str) -> dict[str, Any] | None:
         return None  # both GPUs were waited for before the pair (`run`)

@@ -268,6 +268,10 @@ class Alternation:
         """The cores a slot's server is pinned to; None: the placement's server half."""
         return None
 
+    def _sampled(self, slot: str) -> Backend:
+        """What a burst of `slot` samples (clocks, utilisation, power): the runner's GPUs."""
+        return self.v.backend
+
     def _switch(self, slot: str) -> dict[str, Any] | None:
         """Before a burst of `slot`: wait until the GPU has run what another side queued."""
         switch = gpu_quiet(self.v.backend) if self.active not in (None, slot) else None
@@ -520,7 +524,7 @@ class Alternation:
             freeze(res, False)
             cores = self._cpus(slot) or (v.placement.server if v.placement else None)
             info["host_cpu_ms"] = host.loop_ms(min(cores) if cores else None)
-            monitor = Monitor(v.backend, v.o.sample_interval_s).start()
+            monitor = Monitor(self._sampled(slot), v.o.sample_interval_s).start()
             scratch = Path(str(res.vals["scratch"]))
             bvals = dict(
                 res.vals,

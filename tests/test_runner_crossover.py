@@ -98,6 +98,11 @@ def test_crossover_runs_base_and_head_at_once_on_two_gpus_swapped_every_pair(
         (3, "base", 0), (3, "head", 1),
         (4, "head", 0), (4, "base", 1),
     ]  # fmt: skip
+    for x in runs:  # each burst sampled its own GPU only
+        info = json.loads((out / x["files"]["server"]).read_text())
+        assert info["design"] == "crossover"
+        assert info["gpu_samples"]
+        assert {g["gpu"] for g in info["gpu_samples"]} == {x["gpu_index"]}
     for a, b in zip(runs[::2], runs[1::2], strict=True):
         assert a["round"] == b["round"] == a["pair"]
         # the two bursts of a pair overlap in time
