@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runners import netns, schedule
@@ -289,12 +290,57 @@ class Crossover(Alternation):
         finally:
             self.pair = set()
         recs = [r for r in out if r is not None]
+        check = self.gpu_check()
         for rec, slot in zip(recs, slots, strict=True):
             rec["gpu_index"] = self.placed_slot(slot)
             rec["pair"] = rec["round"]
             rec["switch"] = switch
+            rec["gpu_check"] = check
+            if check["crossed"] and rec["status"] == "ok":
+                rec["status"] = "failed"
+                rec["failure"] = "crossed-gpu"
+                rec["error"] = "; ".join(check["crossed"]) + ": the pair was not measured apart"
             v.bundle.add(rec)
         return recs
+
+    def _owner(self, pid: int) -> Resident | None:
+        """The resident server `pid` belongs to: by its cgroup, else by its process group."""
+        pgrp: int | None = None
+        for res in self.servers.values():
+            if res.group is not None:
+                if pid in res.group.pids():
+                    return res
+                continue
+            if pgrp is None:
+                try:
+                    stat = Path(f"/proc/{pid}/stat").read_text()
+                    pgrp = int(stat.rsplit(")", 1)[1].split()[2])
+                except (OSError, ValueError, IndexError):
+                    return None
+            if pgrp == res.server.pid:
+                return res
+        return None
+
+    def gpu_check(self) -> dict[str, Any]:
+        """After a pair: whether a server had a process on the other GPU.
+        CUDA_VISIBLE_DEVICES is all that keeps a server on its GPU; a head that opened
+        the base's GPU and queued work there would slow the base in the same instant.
+        `read`: whether the GPUs' compute processes could be read with their GPU."""
+        procs = self.v.backend.processes()
+        known = [p for p in procs or [] if isinstance(p.get("gpu"), int)]
+        crossed: list[str] = []
+        for pr in known:
+            pid = pr.get("pid")
+            res = self._owner(pid) if isinstance(pid, int) else None
+            if res is None:
+                continue
+            own = self.placed_slot(res.slot)
+            if own != pr["gpu"]:
+                crossed.append(
+                    f"the {res.side} server given GPU {own} had a process (pid {pid}) on "
+                    f"GPU {pr['gpu']}"
+                )
+        return {"read": procs is not None and (not procs or bool(known)), "crossed": crossed}
 
     @staticmethod
     def placed_slot(slot: str) -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import threading
 from datetime import datetime
 from pathlib import Path
@@ -168,8 +169,8 @@ def test_without_a_gpu_the_crossover_falls_back_too(tmp_path: Path) -> None:
 # ------------------------------------------------------------------ in this process
 
 
-def _dry_servers() -> list[tuple[str, str, bool]]:
-    """(side, CUDA_VISIBLE_DEVICES, running) of every dry server process."""
+def _dry_servers() -> list[tuple[str, str, bool, int]]:
+    """(side, CUDA_VISIBLE_DEVICES, running, pid) of every dry server process."""
     out = []
     for e in os.listdir("/proc"):
         if not e.isdigit():
@@ -184,7 +185,7 @@ def _dry_servers() -> list[tuple[str, str, bool]]:
             continue
         side = cmd[cmd.index(b"--side") + 1].decode()
         dev = next((v[21:].decode() for v in env if v.startswith(b"CUDA_VISIBLE_DEVICES=")), "")
-        out.append((side, dev, state not in ("T", "t")))
+        out.append((side, dev, state not in ("T", "t"), int(e)))
     return out
 
 
@@ -194,21 +195,22 @@ class _TwoGpus(Backend):
 
     name = "fake"
 
-    def __init__(self, per_server: int) -> None:
+    def __init__(self, per_server: int, cross: bool = False) -> None:
         self.per_server = per_server
+        self.cross = cross  # the head's servers show a process on the other GPU
         self.running: list[list[tuple[str, str]]] = []
         self.lock = threading.Lock()
 
     def sample(self) -> list[dict[str, Any]]:
         servers = _dry_servers()
         with self.lock:
-            self.running.append(sorted((s, d) for s, d, run in servers if run))
+            self.running.append(sorted((s, d) for s, d, run, _ in servers if run))
         return [
             {
                 "gpu": i,
                 "sm_clock_mhz": 1980,
                 "util_pct": 0,
-                "mem_used_mib": self.per_server * sum(d == str(i) for _, d, _ in servers),
+                "mem_used_mib": self.per_server * sum(x[1] == str(i) for x in servers),
                 "power_w": 100.0,
                 "throttle_reasons": [],
             }
@@ -216,7 +218,13 @@ class _TwoGpus(Backend):
         ]
 
     def processes(self) -> list[dict[str, Any]] | None:
-        return []
+        out = []
+        for side, dev, _, pid in _dry_servers():
+            gpu = int(dev) if dev.isdigit() else 0
+            if self.cross and side == "head":
+                gpu = 1 - gpu
+            out.append({"gpu": gpu, "pid": pid, "used_memory_mib": self.per_server})
+        return out
 
     def info(self) -> GpuInfo:
         return GpuInfo(gpu_name="NVIDIA H200", gpu_count=2, gpu_memory_total_mib=143_771)
@@ -234,6 +242,9 @@ def test_only_the_pairs_two_servers_run_one_a_side_on_each_gpu(tmp_path: Path) -
     assert [s["vram_mib"] for side in ("base", "head") for s in m["design"]["servers"][side]] == [
         1000
     ] * 4
+    runs = [r for r in m["runs"] if r["status"] == "ok"]
+    assert len(runs) == 6
+    assert all(r["gpu_check"] == {"read": True, "crossed": []} for r in runs)
     pairs = [r for r in backend.running if len(r) == 2]
     assert pairs  # the two bursts of a pair were sampled running together
     for r in backend.running:
@@ -273,3 +284,20 @@ def test_each_gpus_servers_get_their_own_half_of_the_servers_cores() -> None:
     assert c._cpus("base@1") == c._cpus("head@1") == frozenset({4, 5, 6, 7})
     v.placement = Placement(frozenset({0}), frozenset({1}), None)
     assert c._cpus("base@3") is None  # one core: the runner's
+
+
+def test_a_server_with_a_process_on_the_other_gpu_fails_its_pair(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RSI_GPU_IDLE_MEM_MIB", "1000000")
+    out = tmp_path / "bundle"
+    opts = dataclasses.replace(
+        _in_process(tmp_path, out, "v-cross", _TwoGpus(1000, cross=True)), design="crossover"
+    )
+    Verifier(opts).run()
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["design"]["name"] == "crossover"
+    runs = m["runs"]
+    assert [(r["status"], r.get("failure")) for r in runs] == [("failed", "crossed-gpu")] * 4
+    said = r"the head server given GPU [01] had a process \(pid \d+\) on GPU [01]"
+    assert re.search(said, runs[0]["error"])
