@@ -270,9 +270,13 @@ class Crossover(Alternation):
         self._only(slots[0])  # every server outside the pair frozen
         switch = gpu_quiet(v.backend)  # both GPUs: what the last pair queued has run
         out: list[dict[str, Any] | None] = [None, None]
+        errors: list[BaseException] = []
 
         def one(i: int) -> None:
-            out[i] = self.burst(runs[i], slot=slots[i], add=False)
+            try:
+                out[i] = self.burst(runs[i], slot=slots[i], add=False)
+            except BaseException as exc:  # a runner bug: raised again in the main thread
+                errors.append(exc)
 
         try:
             if not switch["quiet"]:
@@ -289,6 +293,8 @@ class Crossover(Alternation):
                 t.join()
         finally:
             self.pair = set()
+        if errors:
+            raise errors[0]
         recs = [r for r in out if r is not None]
         check = self.gpu_check()
         for rec, slot in zip(recs, slots, strict=True):
