@@ -64,9 +64,11 @@ CODES = (
     "step-failed",
     "head-moved",
     "head-not-tip",
+    "awaiting-approval",
+    "approval-stale",
 )
 NAMES = ("gpu", "conclusion", "minutes", "artifact", "user", "state", "id", "sha", "step")
-NAMES += ("tip", "branch")
+NAMES += ("tip", "branch", "head", "pusher")
 PARAMS = dict.fromkeys(NAMES, WORDS) | {"url": URL, "problem": WORDS + LONG, "error": WORDS + LONG}
 PARAMS["attempts"] = WORDS
 

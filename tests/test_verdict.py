@@ -506,7 +506,7 @@ def test_compare_links_for_a_fork_and_enterprise(tmp_path: Path) -> None:
     )
     assert ev.reproduce is not None
     assert ev.reproduce.command.startswith(
-        "rsi-runner verify --repo https://ghe.example.com/sgl-project/sglang-omni"
+        "python3 -m runners verify --repo https://ghe.example.com/sgl-project/sglang-omni"
     )
     assert ev.reproduce.image_digest is not None
     assert ev.reproduce.image_digest.startswith("sha256:")

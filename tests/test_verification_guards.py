@@ -206,6 +206,8 @@ def test_a_reason_for_every_code_renders() -> None:
         "id": "v-1",
         "sha": "a" * 40,
         "tip": "c" * 40,
+        "head": "d" * 40,
+        "pusher": "drive-by",
         "branch": "fork:branch",
         "step": "Ingest",
         "error": "e",
