@@ -13,6 +13,7 @@ from bot.github.api import APPROVE_ACTION, CHECK_NAME
 from bot.handlers.context import Context
 from bot.handlers.registry import on
 from bot.models import PullRequest
+from bot.repo_config import Plan
 from bot.verification import machine as M
 from bot.verification import steps, store
 
@@ -40,22 +41,9 @@ def rerun(ctx: Context) -> None:
     if ctx.github.permission(ctx.repo, sender) not in approvals.WRITERS:
         return
     config = ctx.config()
-    plan = config.plan_like(prev_gpus)
     with ctx.db.session() as s:
         approvals.approve(s, ctx.repo, number, sha, sender)
-    steps.verify_head(
-        ctx.svc,
-        ctx.repo,
-        number,
-        head_sha=sha,
-        trigger=f"Re-run by @{sender}",
-        gpus=plan.gpus,
-        rounds=plan.rounds,
-        adaptive=plan.adaptive,
-        gpu_minutes=plan.gpu_minutes,
-        modes=plan.modes,
-        requested_by=sender,
-    )
+    _verify(ctx, number, sha, sender, f"Re-run by @{sender}", config.plan_like(prev_gpus))
 
 
 @on("check_run", "requested_action")
@@ -90,14 +78,27 @@ def approve_pressed(ctx: Context) -> None:
         pr.head_sha = sha
         approvals.approve(s, ctx.repo, number, sha, sender)
     config = ctx.config()
-    plan = config.plan_like(gpus)
     base_sha = ctx.github.branch_sha(ctx.repo, pull.base_ref) if config.base == "main" else None
+    trigger = f"Approve and verify by @{sender}"
+    _verify(ctx, number, sha, sender, trigger, config.plan_like(gpus), base_sha)
+
+
+def _verify(
+    ctx: Context,
+    number: int,
+    sha: str,
+    sender: str,
+    trigger: str,
+    plan: Plan,
+    base_sha: str | None = None,
+) -> None:
+    """Verify `sha`, just approved by `sender`, under `plan`."""
     steps.verify_head(
         ctx.svc,
         ctx.repo,
         number,
         head_sha=sha,
-        trigger=f"Approve and verify by @{sender}",
+        trigger=trigger,
         gpus=plan.gpus,
         rounds=plan.rounds,
         adaptive=plan.adaptive,
