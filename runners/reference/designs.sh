@@ -4,10 +4,13 @@
 #   OUT=/tmp/out DESIGN=alternate|sequential bash runners/reference/designs.sh NAME…
 # NAME: graph (eager → CUDA graph), aag (A/A, CUDA graph), aag-swap (the same, commits
 # swapped), plant (graph+5 → graph: the base does 5% more GPU work a step), plant-swap
-# (graph → graph+5), aa (A/A, eager), aa-swap. MAX_ROUNDS (20), LIMIT (seconds a verification, 110), MODES (both).
+# (graph → graph+5), aa (A/A, eager), aa-swap. GPU (h100|h200, by default the card found), MAX_ROUNDS (20), LIMIT (seconds a verification, 110), MODES (both).
 set -u
 : "${OUT:?set OUT to a folder for the bundles}"
 design=${DESIGN:-alternate}; limit=${LIMIT:-110}
+# GPU: the label the bundles carry; by default the card this machine has (h100 or h200).
+gpu=${GPU:-$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | grep -o -i "h[12]00" | tr A-Z a-z)}
+gpu=${gpu:-h200}
 python3 -m runners sandbox --create-users >/dev/null 2>&1 || true
 w=$(mktemp -d); chmod 711 "$w"; git init -q "$w/ref"
 commit() {  # variant, note → the new commit's SHA
@@ -27,7 +30,7 @@ for name in "$@"; do
   id="v-${design:0:3}-$name"
   t0=$(date +%s.%N)
   timeout $((limit + 30)) python3 -m runners verify --repo "$w/ref" --base "$b" --head "$h" \
-    --task gpu-reference --gpu h200 --modes "${MODES:-streaming,non-streaming}" \
+    --task gpu-reference --gpu "$gpu" --modes "${MODES:-streaming,non-streaming}" \
     --rounds auto --max-rounds "${MAX_ROUNDS:-20}" --design "$design" \
     --repo-name openrsi-bot/gpu-reference --verification-id "$id" --out "$w/$id" \
     --total-timeout "$limit" ${CONTROL:+--control "$CONTROL"} 2>&1 | tail -1
@@ -49,5 +52,5 @@ for s, recs in ((m.get("design") or {}).get("servers") or {}).items():
               r.get("gpu_memory_total_mib"), "resident_s", r.get("resident_s"))
 PY
   (cd "$w" && python3 -c "import shutil,sys; shutil.make_archive(sys.argv[1], 'zip', sys.argv[2])" \
-    "$OUT/rsi-bundle-$id-h200" "$id")
+    "$OUT/rsi-bundle-$id-$gpu" "$id")
 done
