@@ -20,6 +20,7 @@ from sqlalchemy import select, update
 from bot import handlers
 from bot.github.api import GitHubError, github_outage
 from bot.models import Delivery, utcnow
+from bot.pull_lease import Busy
 
 if TYPE_CHECKING:
     from bot.services import Services
@@ -141,14 +142,15 @@ def _fail(svc: Services, delivery_id: str, why: str) -> None:
 
 def transient(exc: BaseException) -> bool:
     """An outage a later attempt may outlast: GitHub unreachable, failing (5xx) or
-    rate-limiting (429, a 403 that says so), or the database or the queue unreachable.
-    Anything else (a bug, GitHub's refusal) fails the same way on every attempt."""
+    rate-limiting (429, a 403 that says so), the database or the queue unreachable, or
+    another command of the same PR being acted on (`Busy`). Anything else (a bug,
+    GitHub's refusal) fails the same way on every attempt."""
     import psycopg
     import redis
     from sqlalchemy.exc import InterfaceError, OperationalError
     from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-    if github_outage(exc):
+    if github_outage(exc) or isinstance(exc, Busy):
         return True
     if isinstance(exc, GitHubError):
         return False  # GitHub's refusal

@@ -89,6 +89,28 @@ class PullRequest(Base):
     review_pending: Mapped[bool] = mapped_column(default=False)
     # The `.github/rsi.yml` problem last reported on this PR (reported once, not per event).
     config_error: Mapped[str | None] = mapped_column(Text)
+    # Held while a command is acted on: commands on one PR take turns (bot/pull_lease.py).
+    lease_until: Mapped[dt.datetime | None]
+    lease_owner: Mapped[str | None] = mapped_column(String(40))
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+class PullWrite(Base):
+    """The PR's outbox: what a handler says on a PR (a reply, a reaction), stored with
+    the state it answers and carried out after it, retried like a verification's effects."""
+
+    __tablename__ = "pull_writes"
+    __table_args__ = (Index("ix_pull_writes_pending", "repo", "pr_number", "done_at"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    repo: Mapped[str] = mapped_column(String(200))
+    pr_number: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(20))
+    params: Mapped[dict[str, Any]] = mapped_column(JSON)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_at: Mapped[dt.datetime | None]
+    claimed_until: Mapped[dt.datetime | None]
+    done_at: Mapped[dt.datetime | None]
+    error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
 
 

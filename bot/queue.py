@@ -29,6 +29,7 @@ class Jobs:
     process_delivery: Callable[[str], None]
     start: Callable[[str], None]
     drain: Callable[[str], None]
+    write: Callable[[str, int], float | None]  # a PR's outbox: seconds until due again
     reconcile: Callable[[], None]
 
 
@@ -53,6 +54,11 @@ class Queue:
         def drain(vid: str) -> None:
             jobs.drain(vid)
 
+        def write(repo: str, number: int) -> None:
+            wait = jobs.write(repo, number)
+            if wait is not None and not huey.immediate:
+                self._write.schedule((repo, number), delay=max(1.0, wait))
+
         def reconcile() -> None:
             jobs.reconcile()
 
@@ -65,6 +71,7 @@ class Queue:
         )
         self.start = huey.task(name="start", retries=3, retry_delay=10)(start)
         self._drain = huey.task(name="drain", retries=3, retry_delay=10)(drain)
+        self._write = huey.task(name="write", retries=3, retry_delay=10)(write)
         self.reconcile_task = huey.periodic_task(crontab(minute="*"), name="reconcile")(reconcile)
         self.reconcile = reconcile
 
@@ -73,6 +80,10 @@ class Queue:
 
     def drain(self, vid: str) -> None:
         self._drain(vid)
+
+    def write(self, repo: str, number: int) -> None:
+        """Carry out what is written in the PR's outbox (`bot.pull_writes`)."""
+        self._write(repo, number)
 
     def drain_later(self, vid: str, seconds: float) -> None:
         """Come back when the next effect is due (an immediate queue runs it now, which

@@ -7,7 +7,7 @@ so no import circle runs through them.
 
 from __future__ import annotations
 
-from bot import deliveries
+from bot import deliveries, pull_writes
 from bot.artifacts import store_from_url
 from bot.config import Settings
 from bot.db import Database
@@ -32,7 +32,14 @@ def build(settings: Settings, *, immediate: bool = False) -> Services:
     def reconcile() -> None:
         deliveries.requeue_lost(svc)
         steps.reconcile(svc)
+        for repo, number in pull_writes.due(svc.db):
+            svc.queue.write(repo, number)
         deliveries.redeliver_failed(svc)
+
+    def write(repo: str, number: int) -> float | None:
+        st = svc.settings
+        retry = pull_writes.Retry(st.RSI_EFFECT_ATTEMPTS, st.RSI_EFFECT_BACKOFF_S)
+        return pull_writes.drain(svc.db, svc.github, retry, repo, number)
 
     svc.queue = Queue(
         svc.huey,
@@ -40,6 +47,7 @@ def build(settings: Settings, *, immediate: bool = False) -> Services:
             process_delivery=lambda delivery_id: deliveries.process(svc, delivery_id),
             start=lambda vid: steps.start(svc, vid),
             drain=lambda vid: steps.drain(svc, vid),
+            write=write,
             reconcile=reconcile,
         ),
     )

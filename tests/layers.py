@@ -138,6 +138,24 @@ ROWS = (
         "the queued jobs use the store and the effects",
     ),
     Row(
+        "bot.pull_writes",
+        (
+            "bot.services",
+            "bot.github",
+            "bot.handlers",
+            "bot.web",
+            "bot.queue",
+            "bot.messages",
+            "bot.verification",
+        ),
+        "the PR's outbox writes through its port, never the App's clients",
+    ),
+    Row(
+        "bot.pull_lease",
+        ("bot.services", "bot.github", "bot.handlers", "bot.web", "bot.queue"),
+        "the PR's lease holds SQLAlchemy and the models only",
+    ),
+    Row(
         "bot.observability",
         (
             "bot.services",

@@ -279,6 +279,8 @@ def test_only_the_registry_reaches_a_handler(tmp_path: Path) -> None:
         ("bot/verification/effects.py", "bot.services", "through ports"),
         ("bot/verification/steps.py", "bot.github.api", "the store and the effects"),
         ("bot/observability/metrics.py", "bot.db", "may depend on nothing of the App"),
+        ("bot/pull_writes.py", "bot.github.api", "writes through its port"),
+        ("bot/pull_lease.py", "bot.queue", "holds SQLAlchemy and the models only"),
         ("bot/batcher.py", "bot.web.app", "nothing below the web layer imports it"),
         ("bot/queue.py", "bot.verification.steps", "it knows huey, not the App"),
         ("bot/services.py", "bot.deliveries", "the jobs are wired in bot.runtime"),

@@ -22,7 +22,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from bot import approvals, messages
+from bot import approvals, messages, pull_writes
 from bot.commands import Command, parse
 from bot.handlers.context import Context
 from bot.handlers.registry import on
@@ -67,11 +67,22 @@ def commented(ctx: Context) -> None:
     cmd = parse(comment.get("body") or "")
     if cmd is None:
         return
-    number, user = int(issue["number"]), str(comment["user"]["login"])
-    comment_id = int(comment["id"])
+    number = int(issue["number"])
     with ctx.db.session() as s:
         if store.pull_request(s, ctx.repo, number) is None:
             return
+    # One command of a PR at a time (`Busy` retries the delivery); what it says is
+    # written to the PR's outbox and carried out after, however the command ended.
+    try:
+        with ctx.pull_lease(number):
+            _command(ctx, number, comment, cmd)
+    finally:
+        ctx.queue.write(ctx.repo, number)
+
+
+def _command(ctx: Context, number: int, comment: dict[str, Any], cmd: Command) -> None:
+    user, comment_id = str(comment["user"]["login"]), int(comment["id"])
+    with ctx.db.session() as s:
         delivery = ctx.delivery_id or f"comment:{comment_id}"
         if not approvals.claim_comment(s, ctx.repo, number, comment_id, delivery, user):
             log.info("%s#%s: comment %s acted on already", ctx.repo, number, comment_id)
@@ -81,23 +92,30 @@ def commented(ctx: Context) -> None:
     allowed = config.allows(user)
     if quiet and not allowed:
         return  # refused within the hour: no reaction, lookup or reply this time
-    ctx.github.react(ctx.repo, number, comment_id, "eyes")
+    with ctx.db.session() as s:
+        pull_writes.react(s, ctx.repo, number, comment_id, "eyes")
+    ctx.queue.write(ctx.repo, number)  # seen, at once
     permission = None
     if not allowed:
         permission = ctx.github.permission(ctx.repo, user, max_age_s=PERMISSION_AGE_S)
         if permission not in approvals.WRITERS:
             with ctx.db.session() as s:
                 approvals.refuse(s, ctx.repo, comment_id, permission)
-            ctx.github.create_comment(ctx.repo, number, messages.refusal(user, ctx.repo))
+                pull_writes.comment(s, ctx.repo, number, messages.refusal(user, ctx.repo))
             return
     if cmd.errors or cmd.name == "help":
-        ctx.github.create_comment(ctx.repo, number, messages.help_text(cmd.errors))
+        _say(ctx, number, messages.help_text(cmd.errors))
         return
     said = Said(comment_id, _written_at(comment), permission)
     act = {"reverify": _reverify, "status": _status, "cancel": _cancel}[cmd.name]
     reply = act(ctx, number, user, cmd, said)
     if reply is not None:
-        ctx.github.create_comment(ctx.repo, number, reply)
+        _say(ctx, number, reply)
+
+
+def _say(ctx: Context, number: int, body: str) -> None:
+    with ctx.db.session() as s:
+        pull_writes.comment(s, ctx.repo, number, body)
 
 
 def _reverify(ctx: Context, number: int, user: str, cmd: Command, said: Said) -> str | None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from bot import pull_lease
 
 if TYPE_CHECKING:
     from bot.config import Settings
@@ -47,6 +50,10 @@ class Context:
     @property
     def sender(self) -> str:
         return str((self.payload.get("sender") or {}).get("login") or "")
+
+    def pull_lease(self, number: int) -> AbstractContextManager[None]:
+        """Held while a command of PR `number` is acted on (`bot.pull_lease`)."""
+        return pull_lease.held(self.db, self.repo, number, self.settings.RSI_LEASE_S)
 
     def config(self, repo: str | None = None) -> RepoConfig:
         """The repository's `.github/rsi.yml` (the defaults when malformed)."""

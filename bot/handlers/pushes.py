@@ -20,7 +20,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from bot import approvals, messages
+from bot import approvals, messages, pull_writes
 from bot.approvals import Outsider
 from bot.github.api import CommitPeople, Commits, GitHubError
 from bot.handlers.context import Context
@@ -107,9 +107,11 @@ def pushed(ctx: Context) -> None:
         trusted = False
     plan = config.plan_like(prev_gpus)
     if not trusted:
-        ctx.github.create_comment(
-            ctx.repo, number, messages.approval_needed(sender, sha, outsiders)
-        )
+        with ctx.db.session() as s:
+            pull_writes.comment(
+                s, ctx.repo, number, messages.approval_needed(sender, sha, outsiders)
+            )
+        ctx.queue.write(ctx.repo, number)
         # The head waits, saying so on the comment and on an `action_required` check run
         # whose Approve and verify a writer can press; the older heads' runs stop.
         steps.verify_head(

@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from bot.github.api import GitHubError
 from bot.handlers.context import Context
 from bot.handlers.registry import on
 from bot.verification import machine as M
@@ -49,28 +48,18 @@ def _match(ctx: Context, run: dict[str, Any], *, learn: bool) -> tuple[str, str]
         job = next((j for j in v.jobs if j.gpu == m.group(2).upper()), None) if v else None
         if job is None:
             return None
-        if job.workflow_run_id is not None:
-            duplicate = job.workflow_run_id != run_id
-            found: tuple[str, str] | None = None
-        else:
-            duplicate, found = False, (job.verification_id, job.gpu)
+        which = (job.verification_id, job.gpu)
+        duplicate = job.workflow_run_id is not None and job.workflow_run_id != run_id
+        found = None if job.workflow_run_id is not None else which
     if duplicate:
         if learn and ctx.payload.get("action") == "requested":
-            _cancel_duplicate(ctx, run_id, f"{m.group(1)} {m.group(2)}")
+            # A second run for a job that has one: the machine cancels it.
+            log.warning("run %s: a second run for %s %s", run_id, *which)
+            steps.apply(ctx.svc, which[0], M.RunLocated(which[1], run_id, None))
         return None
     if found is not None and learn:
         steps.apply(ctx.svc, found[0], M.RunLocated(found[1], run_id, run.get("html_url")))
     return found
-
-
-def _cancel_duplicate(ctx: Context, run_id: int, job: str) -> None:
-    """A second run for a job that has one (a dispatch repeated after a crash)."""
-    log.warning("cancelling run %s: a second run for %s", run_id, job)
-    try:
-        ctx.github.cancel_run(ctx.repo, run_id)
-    except GitHubError as exc:
-        if exc.status not in (404, 409):
-            raise
 
 
 @on("workflow_run", "requested")

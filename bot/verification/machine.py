@@ -376,10 +376,15 @@ def step(v: Verification, event: Event) -> tuple[Verification, tuple[Effect, ...
     """The next snapshot and the effects. An event that does not apply in the current
     state (a late runner event after the end, a second start) changes nothing, except
     that a run learnt of for a job already over is cancelled (a dispatch that was under
-    way when the verification was cancelled or superseded)."""
+    way when the verification was cancelled or superseded), and so is a second run for
+    a job that has one (a dispatch repeated after a crash)."""
     if isinstance(event, Dispatched | RunLocated) and event.run_id is not None:
         j = v.job(event.gpu)
-        if j is not None and (j.state.over or v.state.final) and j.run_id != event.run_id:
+        if (
+            j is not None
+            and j.run_id != event.run_id
+            and (j.run_id is not None or j.state.over or v.state.final)
+        ):
             return v, (CancelRun(j.gpu, event.run_id),)
     if isinstance(event, StalePress):
         said = Reason(R.APPROVAL_STALE, {"sha": event.sha, "head": event.head})
