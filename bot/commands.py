@@ -1,10 +1,11 @@
 """`/rsi` commands in PR comments, parsed: pure, so every form is a unit test.
 
 A command is a line of its own starting with `/rsi` in a top-level paragraph, as a
-CommonMark parser (markdown-it, as GitHub's cmark-gfm) reads the comment: never in code,
-HTML blocks (`<pre>`, `<script>`, comments), quotes, lists, headings or link reference
-definitions (a quoted, pasted or hidden command is not a request: only what reads as a
-command on GitHub is one).
+CommonMark parser with GitHub's tables and strikethrough (markdown-it, as GitHub's
+cmark-gfm) reads the comment: never in code, HTML blocks (`<pre>`, `<script>`,
+comments), a collapsed `<details>`, quotes, lists, headings, tables, struck-through or
+math text, or link reference definitions (a quoted, pasted or hidden command is not a
+request: only what reads as a command on GitHub is one).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from markdown_it.token import Token
 
 NAMES = ("reverify", "status", "cancel", "help")
 _LINE = re.compile(r"^/rsi(?:\s+(.*))?$")
-_GPU = re.compile(r"^h\d{3}$")
+_GPU = re.compile(r"^h[0-9]{3}$")
 _SHA = re.compile(r"^[0-9a-f]{7,40}$")
 MAX_DIGITS = 40  # of rounds=N
 
@@ -33,27 +34,30 @@ class Command:
     sha: str | None = None  # `/rsi reverify <sha>`: exactly this commit (a prefix of it)
 
 
-_MD = MarkdownIt("commonmark")
+_MD = MarkdownIt("commonmark").enable(["table", "strikethrough"])
+_DETAILS_OPEN = re.compile(r"<details[\s>]", re.IGNORECASE)
+_DETAILS_CLOSE = re.compile(r"</details\s*>", re.IGNORECASE)
 
 
 def _visible(inline: Token) -> list[str]:
     """A paragraph's lines as GitHub shows them: text and line breaks; what sits in
-    inline HTML (a comment spanning lines), code spans and link texts is not a command,
-    so those lines are marked with a character no command can start with."""
+    inline HTML (a comment spanning lines), code spans, link texts and struck-through text
+    is not a command, so those lines are marked with a character no command can start
+    with. A text's own line ends (`&#10;` decodes to one) are shown as spaces."""
     out: list[str] = []
-    depth = 0  # inside a link
+    depth = 0  # inside a link or a strikethrough
     for t in inline.children or []:
         if t.type in ("softbreak", "hardbreak"):
             out.append("\n")
-        elif t.type == "link_open":
+        elif t.type in ("link_open", "s_open"):
             depth += 1
             out.append("\0")
-        elif t.type == "link_close":
+        elif t.type in ("link_close", "s_close"):
             depth -= 1
         elif t.type in ("html_inline", "code_inline", "image"):
             out.append("\0" + "\n" * t.content.count("\n"))
         elif t.type == "text" and not depth:
-            out.append(t.content)
+            out.append(t.content.replace("\n", " "))
     return "".join(out).split("\n")
 
 
@@ -65,6 +69,7 @@ def _command_line(text: str) -> str | None:
     # Markdown's line endings only (str.splitlines also breaks at \x85, \u2028, …).
     text = re.sub(r"\r\n|\r", "\n", text)
     nested = 0  # quotes and lists around the current token
+    folded = 0  # collapsed `<details>` around it
     prev = ""
     for tok in _MD.parse(text):
         in_paragraph, prev = prev == "paragraph_open", tok.type
@@ -72,8 +77,13 @@ def _command_line(text: str) -> str | None:
             nested += 1
         elif tok.type in ("blockquote_close", "bullet_list_close", "ordered_list_close"):
             nested -= 1
-        elif tok.type == "inline" and in_paragraph and not nested:
+        elif tok.type == "html_block":
+            folded += len(_DETAILS_OPEN.findall(tok.content))
+            folded = max(0, folded - len(_DETAILS_CLOSE.findall(tok.content)))
+        elif tok.type == "inline" and in_paragraph and not nested and not folded:
             raw = tok.content.split("\n")
+            if any(line.strip(" \t") == "$$" for line in raw):
+                continue  # a math block: GitHub shows it typeset, not as a command
             shown = _visible(tok)
             for line, seen in zip(raw, shown, strict=False):
                 line = line.strip(" \t")

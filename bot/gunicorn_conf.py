@@ -86,6 +86,12 @@ worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "bot.serving.GeventWorker
 worker_connections = 10_000  # gevent: open connections per worker (a greenlet each)
 threads = int(os.environ.get("GUNICORN_THREADS", "4"))  # gthread only
 keepalive = 5  # gevent: seconds to send the request line and headers; idle keep-alive
+# gunicorn's parser rescans the whole header buffer on every read, so its cost grows with
+# the square of the headers' size: at its defaults (100 fields of 8 KiB) unsigned clients
+# sending 800 KB of headers delayed signed webhooks by seconds. GitHub sends about 15
+# short ones, a browser about 20.
+limit_request_fields = 40
+limit_request_field_size = 4096
 timeout = 30  # a webhook's acknowledgement takes milliseconds; GitHub gives up after 10 s
 if _metrics.LOG_FORMAT == "json":
     logger_class = "bot.serving.JsonLogger"  # gunicorn's lines as the App's JSON lines

@@ -91,10 +91,32 @@ def test_mistakes_are_named(text: str, error: str) -> None:
         "# /rsi reverify",  # a heading
         "[/rsi reverify](https://example.com)",  # a link's text
         "`/rsi reverify`",  # a code span
+        # A character reference's line end is a space on GitHub: the second line is one
+        # sentence with a code span, not a command.
+        "a &#10;/rsi cancel&#10;b `\n/rsi cancel\n`",
+        "note &#10;/rsi reverify deadbeef&#10;. `\n/rsi reverify deadbeef\n`",
+        "<details>\n\n/rsi cancel\n\n</details>",  # collapsed until clicked
+        "<details><summary>log</summary>\n\nok\n\n/rsi cancel\n\n</details>",
+        "| a |\n|---|\n/rsi cancel",  # a table row
+        "~~x\n/rsi cancel\ny~~",  # struck through
+        "$$\n/rsi cancel\n$$",  # a math block
     ],
 )
 def test_not_commands(text: str) -> None:
     assert parse(text) is None
+
+
+def test_a_command_after_a_closed_details_counts() -> None:
+    cmd = parse("<details><summary>log</summary>\n\nok\n\n</details>\n\n/rsi cancel")
+    assert cmd is not None
+    assert cmd.name == "cancel"
+
+
+def test_a_gpu_is_named_in_ascii_digits() -> None:
+    cmd = parse("/rsi reverify h١٠٠")
+    assert cmd is not None
+    assert cmd.gpus is None
+    assert cmd.errors == ["unknown argument `h١٠٠`"]
 
 
 def test_the_first_command_counts() -> None:

@@ -317,6 +317,53 @@ def test_slow_clients_do_not_delay_a_webhook(tmp_path: Path, how: str) -> None:
         assert max(lives) <= CUT_OFF_S, summary
 
 
+@pytest.mark.parametrize(
+    ("fields", "size"), [(99, 8000), (39, 4000)], ids=["gunicorn-defaults", "within-limits"]
+)
+def test_header_floods_do_not_delay_a_webhook(tmp_path: Path, fields: int, size: int) -> None:
+    """Unsigned clients sending 800 KB of headers, 80 a second, delayed signed webhooks by
+    4.7 s at gunicorn's defaults (it rescans the header buffer on each read): its limits
+    now refuse such headers (431) past 40 fields or 4 KiB a line; webhooks stay at 10 ms."""
+    port = free_port()
+    log = tmp_path / "web.log"
+    web = start_web(tmp_path, "procfile", port, log)
+    flood = subprocess.Popen(
+        [sys.executable, "-m", "tests.header_flood", str(port), "80", str(fields), str(size), "8"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    timings: list[tuple[int, float]] = []
+    try:
+        assert flood.stdout is not None
+        assert flood.stdout.readline().strip() == "ready"
+        started = time.monotonic()
+        i = 0
+        while time.monotonic() - started < 7.5:
+            i += 1
+            timings.append(signed_webhook(port, f"flood-{fields}-{i}"))
+            time.sleep(0.25)
+        out, _ = flood.communicate(timeout=30)
+        big = b"X-Filler: " + b"a" * 5000
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as c:
+            c.sendall(b"POST /webhooks/github HTTP/1.1\r\nHost: x\r\n" + big + b"\r\n\r\n")
+            refused = c.recv(200)
+    finally:
+        if flood.poll() is None:
+            flood.kill()
+            flood.wait()
+        if flood.stdout is not None:
+            flood.stdout.close()
+        stop(web)
+    sent = json.loads(out.strip().splitlines()[-1])
+    worst = max(t for _, t in timings)
+    print(f"{fields} x {size} B: {sent}, {len(timings)} webhooks, worst {worst:.3f} s")
+    assert sent["connections"] > 100, sent
+    assert [s for s, _ in timings] == [202] * len(timings), (timings, log.read_text()[-3000:])
+    assert worst < 1.0, timings
+    assert refused.startswith(b"HTTP/1.1 431"), refused  # a header line past 4 KiB
+
+
 def test_metrics_need_a_port_of_their_own(tmp_path: Path) -> None:
     port = free_port()
     e = env(tmp_path, PYTHONPATH=str(ROOT), METRICS_PORT=str(port), PORT=str(port))

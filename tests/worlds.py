@@ -21,7 +21,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import select
 
-from bot import messages, runtime, services
+from bot import messages, pull_writes, runtime, services
 from bot.db import upgrade
 from bot.models import Delivery, Verification
 from bot.verification import steps
@@ -170,7 +170,12 @@ class World:
                 )
             if self.queue_may_wait:
                 queued = None
-            busy = waiting is not None or queued is not None or steps.stuck_effects(self.svc)
+            busy = (
+                waiting is not None
+                or queued is not None
+                or steps.stuck_effects(self.svc)
+                or pull_writes.stuck(self.svc.db)
+            )
             if self.shape == "embedded" and not busy:
                 return
             quiet = 0 if busy or not self._queue_idle() else quiet + 1
@@ -179,7 +184,8 @@ class World:
             if time.monotonic() > deadline:
                 raise AssertionError(
                     f"not settled: delivery {waiting}, queued {queued}, effects "
-                    f"{steps.stuck_effects(self.svc)}, jobs {self.svc.huey.pending_count()} "
+                    f"{steps.stuck_effects(self.svc)}, PR writes {pull_writes.stuck(self.svc.db)}, "
+                    f"jobs {self.svc.huey.pending_count()} "
                     f"waiting and {self.svc.huey.scheduled_count()} scheduled"
                 )
             time.sleep(0.05)
