@@ -8,6 +8,7 @@ The output (`Evidence`) is what the App publishes and what `evidence.json` holds
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Any, Literal
 
 from pydantic import (
@@ -299,8 +300,18 @@ class ClaimSpec(_Open):
 
 
 _BAD_REF = re.compile(r"[\x01-\x20\x7f~^:?*\[\\]|\.\.|@\{|//|/\.|\.lock(/|$)|^[-/.]|[/.]$")
-# owner/name as GitHub spells them: ASCII letters, digits, '-', '_', '.'; not . or ..
-_REPO = re.compile(r"^(?!\.\.?/)[A-Za-z0-9_.-]+/(?!\.\.?$)[A-Za-z0-9_.-]+$")
+# owner/name as GitHub spells them: an owner of ASCII letters, digits and '-' (not first),
+# a name of ASCII letters, digits, '-', '_', '.' (not . or ..); matched whole (`$` alone
+# would let a trailing newline spell the same repository a second way).
+_REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*/(?!\.\.?\Z)[A-Za-z0-9_.-]+")
+# A task's name, as the runner workflow checks it.
+_TASK = re.compile(r"[a-z0-9][a-z0-9-]*")
+
+
+def _hidden_characters(v: str) -> bool:
+    """Control and format characters (a right-to-left override shows a branch name other
+    than the one checked out). NUL is the intake's bounds' to name."""
+    return any(c != "\0" and unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") for c in v)
 
 
 class HeadRef(_Open):
@@ -315,14 +326,15 @@ class HeadRef(_Open):
     @field_validator("repo")
     @classmethod
     def _repo(cls, v: str, info: ValidationInfo) -> str:
-        if not _REPO.match(v) and not stored(info):
+        if not _REPO.fullmatch(v) and not stored(info):
             raise ValueError("not an owner/name GitHub accepts")
         return v
 
     @field_validator("ref")
     @classmethod
     def _branch_name(cls, v: str, info: ValidationInfo) -> str:
-        if (v in ("", "@", "HEAD") or _BAD_REF.search(v)) and not stored(info):
+        bad = v in ("", "@", "HEAD") or _BAD_REF.search(v) or _hidden_characters(v)
+        if bad and not stored(info):
             raise ValueError("not a branch name git accepts (git check-ref-format)")
         return v
 
@@ -387,8 +399,15 @@ class Candidate(_Open):
     def _repo(cls, v: str, info: ValidationInfo) -> str:
         """The same rule as the head's: `\\w` would take `ѕgl-project` (a Cyrillic ѕ),
         and `../..` or `x/..` would name a path, not a repository."""
-        if not _REPO.match(v) and not stored(info):
+        if not _REPO.fullmatch(v) and not stored(info):
             raise ValueError("not an owner/name GitHub accepts")
+        return v
+
+    @field_validator("task")
+    @classmethod
+    def _task_name(cls, v: str, info: ValidationInfo) -> str:
+        if not _TASK.fullmatch(v) and not stored(info):
+            raise ValueError("not a task name (lowercase letters, digits and '-')")
         return v
 
     @field_validator("gpus")

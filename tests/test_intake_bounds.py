@@ -96,7 +96,18 @@ def test_a_head_git_or_github_would_not_take_is_a_422(
         assert s.scalar(select(func.count()).select_from(Verification)) == 0
 
 
-@pytest.mark.parametrize("repo", ["ѕgl-project/sglang-omni", "../..", "x/..", "./x", "o/r/x"])
+@pytest.mark.parametrize(
+    "repo",
+    [
+        "ѕgl-project/sglang-omni",
+        "../..",
+        "x/..",
+        "./x",
+        "o/r/x",
+        "sgl-project/sglang-omni\n",  # a second spelling of the same repository
+        "-x/y",  # no GitHub owner starts with '-'
+    ],
+)
 def test_a_repository_git_or_github_would_not_take_is_a_422(w: World, repo: str) -> None:
     """The candidate's own repository gets the head's strict owner/name rule: `\\w`
     took a Cyrillic ѕ and `..` before."""
@@ -108,3 +119,27 @@ def test_a_repository_git_or_github_would_not_take_is_a_422(w: World, repo: str)
     assert [e["field"] for e in resp.get_json()["errors"]] == ["repo"]
     with w.svc.db.session() as s:
         assert s.scalar(select(func.count()).select_from(Verification)) == 0
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"task": "../../etc/passwd"}, "task"),
+        ({"task": "Cosyvoice3"}, "task"),
+        ({"head": {"ref": "rsi/\u202egnp.exe"}}, "head.ref"),  # shown reversed
+        ({"head": {"ref": "rsi/a\u200bb"}}, "head.ref"),  # a zero-width space
+        ({"head": {"repo": "openrsi-bot/sglang-omni\n"}}, "head.repo"),
+    ],
+)
+def test_names_that_would_show_or_mean_something_else_are_a_422(
+    w: World, changes: dict[str, object], field: str
+) -> None:
+    doc = appkit.candidate()
+    for key, value in changes.items():
+        doc[key] = {**doc[key], **value} if isinstance(value, dict) else value
+    body = appkit.dumps(doc)
+    resp = w.client.post(
+        "/api/v1/candidates", data=body, headers=appkit.intake_headers(body, "d-name")
+    )
+    assert resp.status_code == 422, resp.get_data(as_text=True)
+    assert [e["field"] for e in resp.get_json()["errors"]] == [field]
