@@ -1,12 +1,18 @@
-"""A crafted bundle: 800 runs whose speed files are mostly inter-chunk gaps.
+"""Crafted bundles: many runs whose files are made to cost memory, not bytes.
 
-    .venv/bin/python bench/crafted_bundle.py [--runs 800] [--rows 128] [--gaps 3627]
-                                             [--max-values N]
+    .venv/bin/python bench/crafted_bundle.py [--shape gaps|ids|gpu-samples|rows]
+                                             [--runs R] [--rows N] [--n X] [--max-values N]
 
-Each run's `speed_results.json` has 128 rows of 3,627 `inter_chunk_s` zeros: just under
-1 MiB, so below the size past which the compression ratio is judged; the zip is about
-5 MB and unpacks to about 760 MiB. A head can write such lists itself by streaming many
-tiny chunks. Generated once into bench/.data/.
+- gaps (default: 800 runs, 128 rows, 3,627): every row's `inter_chunk_s` is 3,627 zeros,
+  just under 1 MiB a file, below the size past which the compression ratio is judged;
+  the zip is about 5 MB and unpacks to about 760 MiB. A head can write such lists itself
+  by streaming many tiny chunks.
+- ids (2,000 runs, 32 rows, 30,000): every request's id is 30,000 characters.
+- gpu-samples (2,000 runs, 8 rows, 10,000): every run's `server.json` holds 10,000 GPU
+  samples.
+- rows (1,000 runs, 4,000 rows): four million requests without gaps.
+
+Each is generated once into bench/.data/.
 
 Two commands, each in a child process, wall time and peak RSS:
 
@@ -44,11 +50,35 @@ REFERENCE = (
 GiB = 1024**3
 
 
-def make_bundle(runs: int, rows: int, gaps: int) -> Path:
-    """The crafted zip: a clean synthetic bundle whose every row's gaps are replaced."""
+SHAPES = {"gaps": (800, 128, 3627), "ids": (2000, 32, 30000), "gpu-samples": (2000, 8, 10000)}
+SHAPES["rows"] = (1000, 4000, 0)
+
+
+def _craft(shape: str, folder: Path, n: int) -> None:
+    zeros = [0] * n
+    for speed in sorted(folder.glob("runs/*/speed_results.json")):
+        doc = orjson.loads(speed.read_bytes())
+        for j, row in enumerate(doc["per_request"]):
+            if shape == "gaps":
+                row["inter_chunk_s"] = zeros
+            elif shape == "ids":
+                row["id"] = f"{j}-" + "a" * n
+            elif shape == "rows":
+                row["inter_chunk_s"] = []
+        speed.write_bytes(orjson.dumps(doc))
+    if shape == "gpu-samples":
+        for server in folder.glob("runs/*/server.json"):
+            doc = orjson.loads(server.read_bytes())
+            first = (doc.get("gpu_samples") or [{"util_pct": 97}])[0]
+            doc["gpu_samples"] = [dict(first, t=float(i)) for i in range(n)]
+            server.write_bytes(orjson.dumps(doc))
+
+
+def make_bundle(shape: str, runs: int, rows: int, n: int) -> Path:
+    """The crafted zip: a clean synthetic bundle with one kind of bloat."""
     from evidence.synth import SynthSpec, write_bundle
 
-    out = HERE / ".data" / f"crafted-{runs}x{rows}x{gaps}.zip"
+    out = HERE / ".data" / f"crafted-{shape}-{runs}x{rows}x{n}.zip"
     if out.exists():
         return out
     folder = Path(tempfile.mkdtemp(prefix="rsi-crafted-"))
@@ -63,12 +93,7 @@ def make_bundle(runs: int, rows: int, gaps: int) -> Path:
         seed=21,
     )
     write_bundle(folder, spec)
-    zeros = [0] * gaps
-    for speed in sorted(folder.glob("runs/*/speed_results.json")):
-        doc = orjson.loads(speed.read_bytes())
-        for row in doc["per_request"]:
-            row["inter_chunk_s"] = zeros
-        speed.write_bytes(orjson.dumps(doc))
+    _craft(shape, folder, n)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
@@ -94,14 +119,16 @@ def run(cmd: list[str]) -> tuple[float, int, int, str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=int, default=800)
-    ap.add_argument("--rows", type=int, default=128, help="requests per run")
-    ap.add_argument("--gaps", type=int, default=3627, help="inter_chunk_s entries per request")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="gaps")
+    ap.add_argument("--runs", type=int)
+    ap.add_argument("--rows", type=int, help="requests per run")
+    ap.add_argument("--n", type=int, help="gaps a request, id characters, or GPU samples")
     ap.add_argument(
         "--max-values", type=int, help="passed to the engine: raise it to read the bundle whole"
     )
     args = ap.parse_args()
-    bundle = make_bundle(args.runs, args.rows, args.gaps)
+    runs, rows, n = SHAPES[args.shape]
+    bundle = make_bundle(args.shape, args.runs or runs, args.rows or rows, args.n or n)
     with zipfile.ZipFile(bundle) as z:
         infos = z.infolist()
     unpacked = sum(i.file_size for i in infos)

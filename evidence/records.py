@@ -59,6 +59,15 @@ class BeyondBounds(RecordError):
 
 # orjson's own nesting limit; the standard library's reader is held to it as well.
 JSON_DEPTH = 1024
+# A request's id names it in the audit and across files; a longer one is no id a client
+# writes, and 2,000 runs of 30 KB ids held 2 GB. An error is kept as its first words.
+MAX_ID_CHARS = 256
+MAX_ERROR_CHARS = 500
+# What a request holds besides its numbers (its id's string, its flags and counts), as
+# values of 8 bytes: 4 million requests of 11 figures (44 million values) once held
+# 1.5 GB, about 390 bytes a request; counted so, the values bound stops them before
+# 1 GiB while a million requests of real shape still fit.
+REQUEST_VALUES = 16
 
 
 @dataclass
@@ -87,8 +96,9 @@ class RunRecords:
     @property
     def values(self) -> int:
         """The per-request numbers the file gave: each request's figures and every entry
-        of its list of gaps (the failed requests' too)."""
-        return self.n * len(self.cols) + int(self.lengths.sum())
+        of its list of gaps (the failed requests' too), and `REQUEST_VALUES` a request for
+        what it holds besides."""
+        return self.n * (len(self.cols) + REQUEST_VALUES) + int(self.lengths.sum())
 
     def without_gaps(self) -> RunRecords:
         """These records less the pooled gaps. They serve only the run's inter-chunk p95
@@ -279,6 +289,19 @@ def _last_jsonl(text: bytes) -> Any:
         raise RecordError(f"not JSON or JSON Lines ({exc})") from exc
 
 
+def _ids(raw: Sequence[Any], where: str) -> list[str]:
+    """Request ids as strings, each at most `MAX_ID_CHARS` long."""
+    ids = list(map(str, raw))
+    if ids and max(map(len, ids)) > MAX_ID_CHARS:
+        i = next(i for i, rid in enumerate(ids) if len(rid) > MAX_ID_CHARS)
+        raise RecordError(f"{where}[{i}] has an `id` longer than {MAX_ID_CHARS} characters")
+    return ids
+
+
+def _error(value: Any) -> str:
+    return str(value)[:MAX_ERROR_CHARS]
+
+
 def _sglang_omni(doc: dict[str, Any]) -> RunRecords:
     rows = doc["per_request"]
     if not isinstance(rows, list) or not _all_dicts(rows):
@@ -288,7 +311,7 @@ def _sglang_omni(doc: dict[str, Any]) -> RunRecords:
     if None in raw_ids or "" in raw_ids:
         i = next(i for i, rid in enumerate(raw_ids) if rid is None or rid == "")
         raise RecordError(f"per_request[{i}] has no `id`")
-    ids = list(map(str, raw_ids))
+    ids = _ids(raw_ids, "per_request")
     success = _is_true(got["is_success"])
     cols: dict[str, FloatArray] = {}
     for name in FIELDS:
@@ -304,7 +327,7 @@ def _sglang_omni(doc: dict[str, Any]) -> RunRecords:
     )
     gaps = flat[np.repeat(success, lengths)]
     errors = {
-        ids[i]: str(rows[i].get("error") or "failed") for i in np.flatnonzero(~success).tolist()
+        ids[i]: _error(rows[i].get("error") or "failed") for i in np.flatnonzero(~success).tolist()
     }
     summary = doc.get("summary")
     return RunRecords(
@@ -371,7 +394,7 @@ def _serving_arrays(doc: dict[str, Any]) -> RunRecords:
         cols=cols,
         gaps=gaps,
         lengths=lengths,
-        errors={ids[i]: str(e) for i, e in enumerate(errors_arr) if e},
+        errors={ids[i]: _error(e) for i, e in enumerate(errors_arr) if e},
         summary=_scalars(summary),
         duration_s=float(duration) if isinstance(duration, int | float) else None,
     )
@@ -393,8 +416,9 @@ class WerRecords:
 
     @property
     def values(self) -> int:
-        """The per-sample numbers held: rate, reference words and edits of each."""
-        return len(self.ids) * 3
+        """The per-sample numbers held: rate, reference words and edits of each, and
+        half of `REQUEST_VALUES` for what a sample holds besides (an id, a flag)."""
+        return len(self.ids) * (3 + REQUEST_VALUES // 2)
 
     def scored(self) -> set[str]:
         """The samples this file scored: transcribed, with a finite rate."""
@@ -445,7 +469,7 @@ def wer_records(doc: dict[str, Any]) -> WerRecords:
     got, everywhere = _columns(
         rows, ("id", "is_success", "wer", "ref_norm", *kinds), {"is_success": True}
     )
-    ids = list(map(str, got["id"]))
+    ids = _ids(got["id"], "per_sample")
     success = _is_true(got["is_success"])
     wer = _floats(got["wer"], "wer")
     refs = got["ref_norm"]
@@ -473,8 +497,11 @@ def wer_records(doc: dict[str, Any]) -> WerRecords:
 
 
 def parse_server(data: bytes) -> dict[str, Any]:
-    """The runner's `server.json`; only its shape is checked here."""
-    doc = _load_object(data)
+    """The runner's `server.json`, as much of it as the engine reads: its scalar fields
+    (a string's first `MAX_ERROR_CHARS` characters) and the warm-up's (its first 8
+    rates). The rest (GPU samples, which a head can make as many as it likes) is left in
+    the file, so a run costs the same memory whatever the file holds."""
+    doc = _bounded_server(_load_object(data))
     for key in (
         "startup_s",
         "peak_vram_mib",
@@ -486,6 +513,31 @@ def parse_server(data: bytes) -> dict[str, Any]:
         if v is not None and not _is_number(v):
             raise RecordError(f"field {key!r} must be a number")
     return doc
+
+
+def _scalar_items(doc: dict[str, Any]) -> dict[str, Any]:
+    """The first 200 scalar fields of `doc`, strings cut to `MAX_ERROR_CHARS`."""
+    out: dict[str, Any] = {}
+    for key, v in doc.items():
+        if len(out) >= 200:
+            break
+        if isinstance(v, str):
+            out[str(key)[:MAX_ERROR_CHARS]] = v[:MAX_ERROR_CHARS]
+        elif v is None or isinstance(v, bool | int | float):
+            out[str(key)[:MAX_ERROR_CHARS]] = v
+    return out
+
+
+def _bounded_server(doc: dict[str, Any]) -> dict[str, Any]:
+    out = _scalar_items(doc)
+    warm = doc.get("warmup")
+    if isinstance(warm, dict):
+        kept = _scalar_items(warm)
+        rates = warm.get("rates")
+        if isinstance(rates, list):
+            kept["rates"] = [r for r in rates[:8] if r is None or _is_number(r)]
+        out["warmup"] = kept
+    return out
 
 
 def _load_object(data: bytes) -> dict[str, Any]:

@@ -590,8 +590,30 @@ _SERVER = {
 }
 
 
-def test_parse_server_keeps_the_document() -> None:
-    assert parse_server(_dumps(_SERVER)) == _SERVER
+def test_parse_server_keeps_what_the_engine_reads() -> None:
+    """Scalars and the warm-up's verdict; GPU samples (as many as a head likes: 2,000
+    runs of 10,000 once held 9 GB) stay in the file."""
+    doc = {
+        **_SERVER,
+        "note": "n" * 5000,
+        "warmup": {"steady": False, "rates": list(range(50)), "passes": 3, "log": ["x"] * 9},
+    }
+    got = parse_server(_dumps(doc))
+    assert got == {
+        "startup_s": 41.2,
+        "peak_vram_mib": 61234,
+        "cpuset_busy_prelaunch": 0.0,
+        "foreign_peak_cores": 0.07,
+        "note": "n" * 500,
+        "warmup": {"steady": False, "rates": list(range(8)), "passes": 3},
+    }
+
+
+def test_records_hold_ids_of_bounded_length() -> None:
+    doc = _omni_doc()
+    doc["per_request"][1]["id"] = "r" * 257
+    with pytest.raises(RecordError, match=r"per_request\[1\] has an `id` longer than 256"):
+        parse_speed(_dumps(doc))
 
 
 @pytest.mark.parametrize("value", ["41.2", "41.2 s", True])
