@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import os
 import pwd
 import secrets
 import shutil
@@ -367,17 +368,18 @@ PLANTED = {
 }
 
 # A hostile head's prepare step and server: each prints its environment and tries to
-# reach the runner's machine over TCP (its non-loopback address and its loopback) and an
-# abstract unix socket (scoped by network namespace).
+# reach the runner's machine over TCP (its non-loopback address and its loopback), an
+# abstract unix socket (scoped by network namespace) and a unix socket file under /run,
+# where the host's services listen (not cut off by a network namespace).
 SNOOP = """import json, os, socket, sys
 targets = json.loads({targets!r})
 print("ENV-DUMP " + json.dumps(dict(os.environ)), flush=True)
 for name, addr in targets.items():
     try:
-        if name == "unix":
+        if name.startswith("unix"):
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             s.settimeout(3)
-            s.connect("\\0" + addr)
+            s.connect("\\0" + addr if name == "unix" else addr)
         else:
             host, port = addr.rsplit(":", 1)
             s = socket.create_connection((host, int(port)), timeout=3)
@@ -420,26 +422,32 @@ def primary_address() -> str:
 
 
 class Listeners:
-    """TCP listeners on the host's address and loopback and an abstract unix socket:
-    whoever connects is recorded."""
+    """TCP listeners on the host's address and loopback, an abstract unix socket and a
+    unix socket file anyone may connect to under /run (as a database's is): whoever
+    connects is recorded."""
 
     def __init__(self) -> None:
         self.reached: list[str] = []
         self.socks: dict[str, socket.socket] = {}
         token = secrets.token_hex(6)
+        self.folder = Path("/run") / f"rsi-test-{token}"
+        self.folder.mkdir(mode=0o755)
+        path = str(self.folder / "service.sock")
         for name, fam, addr in (
             ("lan", socket.AF_INET, (primary_address(), 0)),
             ("loopback", socket.AF_INET, ("127.0.0.1", 0)),
             ("unix", socket.AF_UNIX, f"\0rsi-test-{token}"),
+            ("unix-file", socket.AF_UNIX, path),
         ):
             s = socket.socket(fam, socket.SOCK_STREAM)
             s.bind(addr)
             s.listen(16)
             self.socks[name] = s
             threading.Thread(target=self._accept, args=(name, s), daemon=True).start()
-        self.addresses = {"unix": f"rsi-test-{token}"}
+        os.chmod(path, 0o777)
+        self.addresses = {"unix": f"rsi-test-{token}", "unix-file": path}
         for name, s in self.socks.items():
-            if name != "unix":
+            if not name.startswith("unix"):
                 host, port = s.getsockname()
                 self.addresses[name] = f"{host}:{port}"
 
@@ -456,6 +464,7 @@ class Listeners:
     def close(self) -> None:
         for s in self.socks.values():
             s.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def dumps(log: str) -> list[dict[str, str]]:
@@ -478,7 +487,7 @@ def assert_clean(log: str, where: str) -> None:
         sorted(env),
     )
     assert "REACHED" not in log, (where, log[-2000:])
-    assert log.count("BLOCKED") == 3, (where, log[-2000:])
+    assert log.count("BLOCKED") == 4, (where, log[-2000:])
 
 
 # What the runner sets for a candidate besides what it may inherit (runners/sandbox.py,
