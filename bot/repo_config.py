@@ -35,7 +35,8 @@ whether it changed (`If-None-Match`: a 304 costs no rate limit and no parse).
       max_running: 2                   # verifications running at once, this repository
     base: keep                         # or main: re-measure when main moves
     benchmark_ref: v0.1.9              # the benchmark client's tree (default: the base)
-    design: auto                       # or alternate, sequential (auto: the task's own)
+    design: auto                       # or alternate, crossover, sequential (auto: the
+                                       # task's own)
     control: none                      # or aa: base-against-base pairs beside the real ones
                                        # (needs the alternate design)
 """
@@ -179,7 +180,7 @@ class Budget(BaseModel):
 
 AUTO = "auto"
 
-DesignName = Literal["auto", "alternate", "sequential"]
+DesignName = Literal["auto", "alternate", "crossover", "sequential"]
 ControlName = Literal["none", "aa"]
 
 
@@ -277,12 +278,17 @@ class RepoConfig(BaseModel):
     @classmethod
     def _control_needs_pairs(cls, v: str, info: ValidationInfo) -> str:
         """The control's base-against-base pairs sit between the alternate design's real
-        pairs; sequential rounds have no pairs to put them beside (the runner refuses)."""
-        if v == "aa" and info.data.get("design") == "sequential":
+        pairs; sequential rounds have no pairs to put them beside, and the crossover's
+        two GPUs are both busy with real pairs (the runner refuses either)."""
+        why = {
+            "sequential": "sequential rounds have none",
+            "crossover": "the crossover's two GPUs are both busy with real pairs",
+        }.get(str(info.data.get("design")))
+        if v == "aa" and why is not None:
             raise ValueError(
                 "`control: aa` needs the alternate design (its base-against-base pairs run "
-                "between the real pairs of resident servers; sequential rounds have none): "
-                "set `design: alternate`, or `control: none`"
+                "between the real pairs of resident servers; " + why + "): set "
+                "`design: alternate`, or `control: none`"
             )
         return v
 

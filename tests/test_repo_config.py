@@ -220,8 +220,13 @@ def test_yaml_syntax_error_names_line_and_column(text: str, line: int, column: i
         ("base: latest\n", "base", 1, "'keep' or 'main'"),
         ("budget: {max_running: 0}\n", "budget.max_running", 1, "greater than or equal to 1"),
         ("trigger: {allow: ['two words']}\n", "trigger.allow[0]", 1, "not a GitHub login"),
-        ("design: fast\n", "design", 1, "'auto', 'alternate' or 'sequential' (got `\"fast\"`)"),
-        ("design: 2\n", "design", 1, "'auto', 'alternate' or 'sequential' (got `2`)"),
+        (
+            "design: fast\n",
+            "design",
+            1,
+            "'auto', 'alternate', 'crossover' or 'sequential' (got `\"fast\"`)",
+        ),
+        ("design: 2\n", "design", 1, "'auto', 'alternate', 'crossover' or 'sequential' (got `2`)"),
         ("control: bb\n", "control", 1, "'none' or 'aa' (got `\"bb\"`)"),
         ("control: no\n", "control", 1, "unquoted yes/no/on/off as true/false"),
         ("control: [aa]\n", "control", 1, "'none' or 'aa'"),
@@ -503,6 +508,7 @@ def test_fixed_rounds_still_plan_fixed() -> None:
     [
         ("design: alternate\ncontrol: aa\n", "alternate", "aa"),
         ("design: Sequential\n", "sequential", "none"),
+        ("design: crossover\n", "crossover", "none"),
         ("control: AA\n", "auto", "aa"),  # auto: the task's design decides (the runner checks)
         ("design: auto\ncontrol: none\n", "auto", "none"),
         ("control: 'none'\n", "auto", "none"),
@@ -526,6 +532,8 @@ def test_control_aa_with_the_sequential_design_is_refused_saying_why() -> None:
     assert (p.field, p.line) == ("control", 1)
     with pytest.raises(ValidationError, match="needs the alternate design"):
         RepoConfig(design="sequential", control="aa")
+    p = _only(parse("design: crossover\ncontrol: aa\n"))
+    assert "the crossover's two GPUs are both busy with real pairs" in p.message
 
 
 def test_summary_and_the_error_message_name_the_design_and_control() -> None:
@@ -535,6 +543,9 @@ def test_summary_and_the_error_message_name_the_design_and_control() -> None:
     assert "a null control (base against base)" in c.summary()
     assert (
         "design sequential (a server start per round)" in RepoConfig(design="sequential").summary()
+    )
+    assert "design crossover (base and head on two GPUs at once, swapped)" in (
+        RepoConfig(design="crossover").summary()
     )
     md = render_error(parse("design: sequential\ncontrol: aa\n"))
     assert "`control: aa` needs the alternate design" in md

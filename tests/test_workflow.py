@@ -269,7 +269,7 @@ def test_inputs_are_the_dispatch_contract() -> None:
     assert set(ins) == CONTRACT
     choices = {
         "gpu": ["h100", "h200"],
-        "design": ["auto", "alternate", "sequential"],
+        "design": ["auto", "alternate", "crossover", "sequential"],
         "control": ["none", "aa"],
     }
     for name, spec in ins.items():
@@ -545,7 +545,12 @@ def _validate(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 def test_input_validation_accepts_what_the_app_sends() -> None:
     for gpu in ("H100", "H200"):
-        for design, control in (("auto", "none"), ("alternate", "aa"), ("sequential", "none")):
+        for design, control in (
+            ("auto", "none"),
+            ("alternate", "aa"),
+            ("crossover", "none"),
+            ("sequential", "none"),
+        ):
             sent = app_inputs(gpu, design=design, control=control)
             env = {f"RSI_{k.upper()}": v for k, v in sent.items()}
             r = _validate(env)
@@ -558,6 +563,7 @@ def test_input_validation_accepts_what_the_app_sends() -> None:
         ("auto", "none", ("auto", "none")),  # nothing passed: the runner's own defaults
         ("alternate", "none", ("alternate", "none")),
         ("sequential", "none", ("sequential", "none")),
+        ("crossover", "none", ("crossover", "none")),
         ("alternate", "aa", ("alternate", "aa")),
         ("auto", "aa", ("auto", "aa")),  # the task's design decides; the runner checks it
     ],
@@ -636,6 +642,9 @@ def test_input_validation_rejects_a_control_without_pairs() -> None:
     r = _validate(env)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "::error::control aa needs the alternate design" in r.stdout
+    env["RSI_DESIGN"] = "crossover"
+    r = _validate(env)
+    assert r.returncode == 1, r.stdout + r.stderr
 
 
 # ------------------------------------------------------------------------ task files
