@@ -156,7 +156,7 @@ def test_the_machine_tells_each_requester_but_the_one_who_cancelled() -> None:
         dispatched("H200", requested_by=both),
         M.RunCompleted("H200", "success"),
         M.BundleKept("H200"),
-        M.EvidenceBuilt("improved", "success"),
+        M.EvidenceBuilt("improved"),
     )
     assert v.state == M.State.PUBLISHED
     assert [x for x in e if isinstance(x, M.Notify)] == [M.Notify("alice"), M.Notify("bob")]

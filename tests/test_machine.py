@@ -56,7 +56,7 @@ SAMPLE_EVENTS: list[M.Event] = [
     M.BundleKept("H100"),
     M.BundleRejected("H100", Reason(R.BUNDLE_REJECTED, {"gpu": "H100", "problem": "x"})),
     M.RunTimedOut("H100", 360),
-    M.EvidenceBuilt("improved", "success"),
+    M.EvidenceBuilt("improved"),
     M.EvidenceFailed(Reason(R.BUNDLE_UNREADABLE, {"problem": "x"})),
     M.Cancel(Reason(R.CANCELLED_BY, {"user": "alice"})),
     M.Supersede("v-0000000001", "f" * 40),
@@ -85,7 +85,7 @@ def states_reachable() -> list[M.Verification]:
     v, _ = run(v, M.RunCompleted("H200", "success"), M.BundleKept("H200"))
     assert v.state == M.State.INGESTING
     out.append(v)
-    out.append(run(v, M.EvidenceBuilt("improved", "success"))[0])
+    out.append(run(v, M.EvidenceBuilt("improved"))[0])
     out.append(run(dispatched(), M.Cancel(Reason(R.CANCELLED_BY, {"user": "a"})))[0])
     out.append(run(dispatched(), M.Supersede("v-1", "a" * 40))[0])
     out.append(run(dispatched(), M.StepFailed("X", "e", 3))[0])
@@ -200,7 +200,7 @@ def test_one_gpu_failing_still_publishes_the_other() -> None:
     v, e = run(v, M.RunCompleted("H200", "success"), M.BundleKept("H200"))
     assert v.state == M.State.INGESTING
     assert kinds(e) == ["Ingest", "BuildEvidence"]
-    v, e = run(v, M.EvidenceBuilt("improved", "success"))
+    v, e = run(v, M.EvidenceBuilt("improved"))
     assert v.state == M.State.PUBLISHED
     assert kinds(e) == [
         "UpsertComment",
@@ -210,6 +210,38 @@ def test_one_gpu_failing_still_publishes_the_other() -> None:
         "Notify",
     ]
     assert e[-1] == M.Notify("alice")
+    # Partial results: the H100 failed, so an improvement on the H200 alone is neutral.
+    assert M.CompleteCheckRun("neutral") in e
+
+
+@pytest.mark.parametrize(
+    ("verdict", "conclusion"),
+    [
+        ("improved", "success"),
+        ("regressed", "failure"),
+        ("invalid", "failure"),
+        ("no-change", "neutral"),
+        ("inconclusive", "neutral"),
+        ("something-new", "neutral"),
+    ],
+)
+def test_the_machine_decides_the_check_run_s_conclusion(verdict: str, conclusion: str) -> None:
+    v = dispatched("H200")
+    v, _ = run(v, M.RunCompleted("H200", "success"), M.BundleKept("H200"))
+    _, e = run(v, M.EvidenceBuilt(verdict))
+    assert M.CompleteCheckRun(conclusion) in e
+
+
+def test_a_regression_measured_on_one_gpu_of_two_stays_a_failure() -> None:
+    v = dispatched()
+    v, _ = run(
+        v,
+        M.RunCompleted("H100", "failure"),
+        M.RunCompleted("H200", "success"),
+        M.BundleKept("H200"),
+    )
+    _, e = run(v, M.EvidenceBuilt("regressed"))
+    assert M.CompleteCheckRun("failure") in e
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,7 @@ import pytest
 
 from bot import messages
 from bot.models import RunnerJob, Verification
-from bot.verification.effects import CONCLUSION
-from bot.verification.machine import JobState, State
+from bot.verification.machine import CONCLUSION, JobState, State
 from evidence.build import Inputs, build
 from evidence.render import render_check, render_comment, render_report
 from evidence.synth import BASE_SHA, HEAD_SHA

@@ -1,7 +1,8 @@
 """Carrying out the machine's effects. Each executor reads the current truth from the
 database first, so an effect carried out twice (a retry, a re-queued drain) or after
 the verification moved on does no harm; it may answer with the event its outcome is
-(a dispatch's run id, a kept bundle, the built evidence)."""
+(a dispatch's run id, a kept bundle, the built evidence), with what to write beside the
+transition (`Outcome`). The drain applies it: no executor moves the machine itself."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import logging
 import re
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,18 +50,21 @@ log = logging.getLogger(__name__)
 
 # The runner workflow's run-name: how a run is found when GitHub returns no run id.
 RUN_NAME = re.compile(r"^\s*rsi verify (v-[0-9a-f]{4,32}) ([a-z0-9]{2,20})\s*$")
-CONCLUSION = {
-    "improved": "success",
-    "regressed": "failure",
-    "invalid": "failure",
-    "no-change": "neutral",
-    "inconclusive": "neutral",
-}
 # Room left in the comment for the ledger and the status lines above the evidence.
 LEDGER_BUDGET = 12_000
 # A PR read this recently serves the next effect too (comment, then body: one read).
 PULL_MAX_AGE_S = 10.0
-Executor = Callable[["Services", str, Any], "M.Event | None"]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """An executor's event and the rows written in the same transaction as it."""
+
+    event: M.Event
+    also: store.Also
+
+
+Executor = Callable[["Services", str, Any], "M.Event | Outcome | None"]
 
 
 def artifact_name(vid: str, gpu: str) -> str:
@@ -336,7 +341,7 @@ def bundle_limits(svc: Services) -> Limits:
     )
 
 
-def ingest(svc: Services, vid: str, e: M.Ingest) -> M.Event | None:
+def ingest(svc: Services, vid: str, e: M.Ingest) -> M.Event | Outcome | None:
     """Fetch one GPU's bundle (streamed to a temporary file), check it is within bounds
     and this verification's, keep it."""
     with svc.db.session() as s:
@@ -369,8 +374,7 @@ def ingest(svc: Services, vid: str, e: M.Ingest) -> M.Event | None:
     def keep(s: Session, v: Verification) -> None:
         _job(v, e.gpu).bundle_key = key
 
-    store.transition(svc.db, vid, M.BundleKept(e.gpu), keep)
-    return None
+    return Outcome(M.BundleKept(e.gpu), keep)
 
 
 def _identity(v: Verification) -> dict[str, str]:
@@ -421,7 +425,7 @@ def wrong_bundle(
 # ----------------------------------------------------------------------- evidence
 
 
-def build_evidence(svc: Services, vid: str, e: M.BuildEvidence) -> M.Event | None:
+def build_evidence(svc: Services, vid: str, e: M.BuildEvidence) -> M.Event | Outcome | None:
     with svc.db.session() as s:
         v = _load(s, vid)
         if v.state != M.State.INGESTING.value:
@@ -498,14 +502,8 @@ def build_evidence(svc: Services, vid: str, e: M.BuildEvidence) -> M.Event | Non
         }
         _record_baseline(s, row, sources)
 
-    conclusion = CONCLUSION.get(ev.verdict, "neutral")
-    if missing and conclusion == "success":
-        # Partial results (a GPU failed, named in the title and the summary): a gain on
-        # the other GPUs is not the success asked for; a regression measured stays one.
-        conclusion = "neutral"
-    store.transition(svc.db, vid, M.EvidenceBuilt(ev.verdict, conclusion), record)
     log.info("%s of %s: evidence built, %s", vid, repo, ev.verdict)
-    return None
+    return Outcome(M.EvidenceBuilt(ev.verdict), record)
 
 
 def _history(s: Session, v: Verification) -> list[HistoryEntry]:

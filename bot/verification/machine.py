@@ -152,8 +152,7 @@ class RunTimedOut:
 
 @dataclass(frozen=True)
 class EvidenceBuilt:
-    verdict: str
-    conclusion: str  # the check run's: success, failure or neutral
+    verdict: str  # improved, regressed, no-change, inconclusive or invalid
 
 
 @dataclass(frozen=True)
@@ -330,6 +329,10 @@ Effect = (
     | Reply
     | EndVerification
 )
+# Effects without which a verification cannot go on: giving one up ends it (`StepFailed`).
+# Any other effect that keeps failing (a check-run or comment update, a notification) is
+# given up on its own: the verification's evidence does not depend on it.
+ESSENTIAL = frozenset({"EnsurePullRequest", "Dispatch", "Ingest", "BuildEvidence"})
 EFFECTS: dict[str, type[Any]] = {
     cls.__name__: cls
     for cls in (
@@ -545,14 +548,29 @@ def _settle(v: Verification) -> tuple[Verification, tuple[Effect, ...]]:
     return _end(v, state, reason)
 
 
+# The check run's conclusion for each verdict of published evidence.
+CONCLUSION = {
+    "improved": "success",
+    "regressed": "failure",
+    "invalid": "failure",
+    "no-change": "neutral",
+    "inconclusive": "neutral",
+}
+
+
 def _built(v: Verification, e: EvidenceBuilt) -> tuple[Verification, tuple[Effect, ...]]:
     if v.state != State.INGESTING:
         return v, ()
+    conclusion = CONCLUSION.get(e.verdict, "neutral")
+    if conclusion == "success" and any(j.state != JobState.KEPT for j in v.jobs):
+        # Partial results (a GPU failed, named in the title and the summary): a gain on
+        # the other GPUs is not the success asked for; a regression measured stays one.
+        conclusion = "neutral"
     v = replace(v, state=State.PUBLISHED, reason=None)
     effects: list[Effect] = [
         UpsertComment(),
         UpdatePrBody(),
-        CompleteCheckRun(e.conclusion),
+        CompleteCheckRun(conclusion),
         EndVerification(State.PUBLISHED),
     ]
     effects += _told(v)

@@ -20,7 +20,7 @@ from bot import observability
 from bot.models import Effect, Verification, utcnow
 from bot.verification import machine as M
 from bot.verification import store
-from bot.verification.effects import EXECUTORS, find_run
+from bot.verification.effects import EXECUTORS, Outcome, find_run
 
 if TYPE_CHECKING:
     from bot.services import Services
@@ -108,6 +108,8 @@ def _drain_claimed(svc: Services, vid: str, token: str) -> float | None:
             # leave, say, a dispatched run that no job knows of.
             if follow is None:
                 _done(svc, eid)
+            elif isinstance(follow, Outcome):
+                store.transition(svc.db, vid, follow.event, _both(follow.also, _mark_done(eid)))
             else:
                 store.transition(svc.db, vid, follow, _mark_done(eid))
 
@@ -122,15 +124,17 @@ def _mark_done(eid: int, error: str | None = None) -> store.Also:
     return lambda s, _v: _set_done(s, eid, error)
 
 
+def _both(first: store.Also, then: store.Also) -> store.Also:
+    def also(s: Session, v: Verification) -> None:
+        first(s, v)
+        then(s, v)
+
+    return also
+
+
 def _done(svc: Services, eid: int, error: str | None = None) -> None:
     with svc.db.session() as s:
         _set_done(s, eid, error)
-
-
-# Effects without which a verification cannot go on. Any other effect that keeps failing
-# (a check-run or comment update, a notification) is given up on its own: the
-# verification's evidence does not depend on it.
-ESSENTIAL = frozenset({"EnsurePullRequest", "Dispatch", "Ingest", "BuildEvidence"})
 
 
 def _failed(svc: Services, vid: str, eid: int, kind: str, attempts: int, exc: Exception) -> None:
@@ -158,7 +162,7 @@ def _failed(svc: Services, vid: str, eid: int, kind: str, attempts: int, exc: Ex
         return
     log.error("%s of %s: %s failed %d times, giving up: %s", vid, repo, kind, attempts, error)
     # Given up: the row keeps the error.
-    if kind in ESSENTIAL:
+    if kind in M.ESSENTIAL:
         store.transition(svc.db, vid, M.StepFailed(kind, error, attempts), _mark_done(eid, error))
     else:
         _done(svc, eid, error)
