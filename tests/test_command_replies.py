@@ -166,15 +166,36 @@ def test_the_machine_tells_each_requester_but_the_one_who_cancelled() -> None:
 
 
 def test_a_requester_is_added_while_the_column_holds_them() -> None:
-    from bot.verification.steps import _also
+    from tests.test_machine import dispatched, run
 
-    assert _also(None, "alice") == "alice"
-    assert _also("alice", "bob") == "alice bob"
-    assert _also("alice bob", "alice") == "alice bob"
-    assert _also("alice", None) == "alice"
-    assert _also(None, None) is None
+    def asked(requested_by: str | None, *users: str) -> str | None:
+        v, e = run(dispatched("H200", requested_by=requested_by), *map(M.AlsoAsked, users))
+        assert e == []
+        return v.requested_by
+
+    assert asked(None, "alice") == "alice"
+    assert asked("alice", "bob") == "alice bob"
+    assert asked("alice bob", "alice") == "alice bob"
+    assert asked(None) is None
     full = " ".join(["x" * 39, "y" * 39])
-    assert _also(full, "z" * 39) == full  # no room: the reply does not promise it
+    assert asked(full, "z" * 39) == full  # no room: the reply does not promise it
+
+
+def test_one_who_asks_as_the_measurement_ends_is_told() -> None:
+    """Joining was a write beside the machine: an end written meanwhile told only those
+    it had read. Now joining is an event: after the end, the newcomer is told at once."""
+    from tests.test_machine import dispatched, run
+
+    v, _ = run(
+        dispatched("H200", requested_by="alice"),
+        M.RunCompleted("H200", "success"),
+        M.BundleKept("H200"),
+        M.EvidenceBuilt("improved"),
+    )
+    _, e = run(v, M.AlsoAsked("bob"))
+    assert e == [M.Notify("bob")]
+    _, e = run(v, M.AlsoAsked("alice"))  # told already
+    assert e == []
 
 
 def test_a_merged_prs_comment_invites_no_command() -> None:

@@ -57,6 +57,7 @@ SAMPLE_EVENTS: list[M.Event] = [
     M.BundleRejected("H100", Reason(R.BUNDLE_REJECTED, {"gpu": "H100", "problem": "x"})),
     M.RunTimedOut("H100", 360),
     M.EvidenceBuilt("improved"),
+    M.AlsoAsked("carol"),
     M.EvidenceFailed(Reason(R.BUNDLE_UNREADABLE, {"problem": "x"})),
     M.Cancel(Reason(R.CANCELLED_BY, {"user": "alice"})),
     M.Supersede("v-0000000001", "f" * 40),
@@ -118,6 +119,11 @@ def test_every_state_and_event(v: M.Verification, event: M.Event) -> None:
         assert kinds(effects) == ["Reply"]
         kind, params = M.effect_to_json(effects[0])
         assert M.effect_from_json(kind, params) == effects[0]
+        return
+    if isinstance(event, M.AlsoAsked):  # one more requester: told now if it has ended
+        assert after.state == v.state
+        assert after.jobs == v.jobs
+        assert effects == ((M.Notify("carol"),) if v.state.final else ())
         return
     if v.state.final:
         assert after == v
@@ -400,6 +406,8 @@ def test_late_events_after_the_end_change_nothing() -> None:
         assert after == v
         if isinstance(e, M.StalePress):  # answered, nothing moves
             assert kinds(effects) == ["Reply"]
+        elif isinstance(e, M.AlsoAsked):  # asked after the end: told at once
+            assert effects == (M.Notify("carol"),)
         elif effects:  # a run of the ended job that is not the one it had
             assert isinstance(e, M.Dispatched | M.RunLocated)
             assert effects == (M.CancelRun("H100", 7),)

@@ -183,6 +183,14 @@ class AwaitApproval:
 
 
 @dataclass(frozen=True)
+class AlsoAsked:
+    """`user` asked for the measurement this verification is: they are told when it
+    ends (at once, if it has ended)."""
+
+    user: str
+
+
+@dataclass(frozen=True)
 class StalePress:
     """`user` pressed Approve and verify on this verification's check run of `sha`, and
     the PR's head is `head` now: nothing is approved, and the user is told so (whatever
@@ -233,6 +241,7 @@ Event = (
     | StepFailed
     | AwaitApproval
     | StalePress
+    | AlsoAsked
 )
 
 # --------------------------------------------------------------------------- effects
@@ -389,6 +398,8 @@ def step(v: Verification, event: Event) -> tuple[Verification, tuple[Effect, ...
             and (j.run_id is not None or j.state.over or v.state.final)
         ):
             return v, (CancelRun(j.gpu, event.run_id),)
+    if isinstance(event, AlsoAsked):
+        return _also_asked(v, event.user)
     if isinstance(event, StalePress):
         said = Reason(R.APPROVAL_STALE, {"sha": event.sha, "head": event.head})
         return v, (Reply(event.user, said),)
@@ -607,6 +618,17 @@ def _end(
     if notify:
         effects += _told(v, but)
     return v, tuple(effects)
+
+
+def _also_asked(v: Verification, user: str) -> tuple[Verification, tuple[Effect, ...]]:
+    """`requested_by` with `user` added (logins space-separated) while the column holds
+    them (100 characters: two logins at least); one that asked after the end is told now."""
+    names = (v.requested_by or "").split()
+    if v.state.final:
+        return v, (() if user in names else (Notify(user),))
+    if user and user not in names and len(" ".join([*names, user])) <= 100:
+        return replace(v, requested_by=" ".join([*names, user])), ()
+    return v, ()
 
 
 def _told(v: Verification, but: str | None = None) -> list[Effect]:

@@ -213,15 +213,6 @@ def stuck_effects(svc: Services) -> list[tuple[str, str, int]]:
 # ----------------------------------------------------------------------- review rounds
 
 
-def _also(requesters: str | None, login: str | None) -> str | None:
-    """`requested_by` with `login` added (logins space-separated), while the column holds
-    them (100 characters: two logins at least)."""
-    names = (requesters or "").split()
-    if login and login not in names and len(" ".join([*names, login])) <= 100:
-        names.append(login)
-    return " ".join(names) or None
-
-
 def verify_head(
     svc: Services,
     repo: str,
@@ -267,9 +258,22 @@ def verify_head(
                 continue  # a measurement under way is never one that awaits approval
             how_many = (v.rounds, bool(v.adaptive), v.gpu_budget_minutes)
             if (v.head_sha, v.base_sha, sorted(v.gpus), how_many, sorted(v.modes)) == wanted:
-                # The same measurement is under way: whoever asks is told when it ends.
-                v.requested_by = _also(v.requested_by, requested_by)
-                return v
+                joined: str | None = v.id
+                break
+        else:
+            joined = None
+    if joined is not None:
+        # The same measurement is under way: whoever asks is told when it ends (an event,
+        # so that an end written meanwhile tells them too).
+        if requested_by:
+            apply(svc, joined, M.AlsoAsked(requested_by))
+        with svc.db.session() as s:
+            return store.get(s, joined)
+    with svc.db.session() as s:
+        prev = store.latest(s, repo, number)
+        pr = store.pull_request(s, repo, number)
+        if prev is None or pr is None:
+            return None
         cand = dict(prev.candidate)
         cand["head"] = {
             **cand.get("head", {}),

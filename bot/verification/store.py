@@ -146,6 +146,7 @@ def _write(v: Verification, snap: M.Verification) -> None:
         v.dispatched_at = now
     v.state = snap.state.value
     v.end_reason = snap.reason.to_json() if snap.reason else None
+    v.requested_by = snap.requested_by
     by_gpu = {j.gpu: j for j in v.jobs}
     for sj in snap.jobs:
         row = by_gpu[sj.gpu]
