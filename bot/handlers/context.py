@@ -1,4 +1,5 @@
-"""What a handler is given: the services of the process and the delivery at hand."""
+"""What a handler is given: the ports of the process (`bot.verification.ports`) and the
+delivery at hand."""
 
 from __future__ import annotations
 
@@ -14,14 +15,14 @@ if TYPE_CHECKING:
     from bot.github.api import GitHub
     from bot.queue import Queue
     from bot.repo_config import RepoConfig
-    from bot.services import Services
+    from bot.verification.ports import StepPorts
 
 Payload = dict[str, Any]
 
 
 @dataclass
 class Context:
-    svc: Services
+    svc: StepPorts
     event: str
     payload: Payload
     delivery_id: str = ""

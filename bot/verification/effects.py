@@ -44,7 +44,7 @@ from evidence.render import (
 )
 
 if TYPE_CHECKING:
-    from bot.services import Services
+    from bot.verification.ports import EffectPorts
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class Outcome:
     also: store.Also
 
 
-Executor = Callable[["Services", str, Any], "M.Event | Outcome | None"]
+Executor = Callable[["EffectPorts", str, Any], "M.Event | Outcome | None"]
 
 
 def artifact_name(vid: str, gpu: str) -> str:
@@ -85,7 +85,7 @@ def _job(v: Verification, gpu: str) -> RunnerJob:
 # ----------------------------------------------------------------------- start
 
 
-def ensure_pull_request(svc: Services, vid: str, e: M.EnsurePullRequest) -> M.Event | None:
+def ensure_pull_request(svc: EffectPorts, vid: str, e: M.EnsurePullRequest) -> M.Event | None:
     """Open the PR from the candidate's branch, or attach to the one that exists. GitHub
     opens a PR at its branch's tip, whatever the intake said: a promoted commit that is
     not the PR's head is not measured (`HeadNotTip`), so evidence is never of a commit
@@ -139,7 +139,7 @@ def ensure_pull_request(svc: Services, vid: str, e: M.EnsurePullRequest) -> M.Ev
 
 
 def _opened_elsewhere(
-    svc: Services,
+    svc: EffectPorts,
     vid: str,
     repo: str,
     cand: Candidate,
@@ -166,7 +166,7 @@ def _not_the_head(vid: str, sha: str, pull: Pull) -> M.Event | None:
     return _head_not_tip(sha, pull)
 
 
-def _report_config_error(svc: Services, vid: str) -> None:
+def _report_config_error(svc: EffectPorts, vid: str) -> None:
     """A malformed `.github/rsi.yml` is said on the PR (once per distinct problem)."""
     with svc.db.session() as s:
         v = _load(s, vid)
@@ -181,7 +181,7 @@ def _report_config_error(svc: Services, vid: str) -> None:
             svc.github.create_comment(repo, number, messages.config_error(result))
 
 
-def ensure_check_run(svc: Services, vid: str, e: M.EnsureCheckRun) -> None:
+def ensure_check_run(svc: EffectPorts, vid: str, e: M.EnsureCheckRun) -> None:
     """The verification's one check run: queued, or for a head awaiting approval
     `action_required` with the Approve and verify button."""
     with svc.db.session() as s:
@@ -205,7 +205,7 @@ def ensure_check_run(svc: Services, vid: str, e: M.EnsureCheckRun) -> None:
         _load(s, vid).check_run_id = run_id
 
 
-def dispatch(svc: Services, vid: str, e: M.Dispatch) -> M.Event | None:
+def dispatch(svc: EffectPorts, vid: str, e: M.Dispatch) -> M.Event | None:
     """One `workflow_dispatch`. The request time is recorded first: after a crash
     between GitHub's answer and our record, the run is looked up, not dispatched twice."""
     runner, workflow = svc.settings.RSI_RUNNER_REPO, svc.settings.RSI_WORKFLOW
@@ -282,7 +282,7 @@ def dispatch_inputs(
 
 
 def find_run(
-    svc: Services, vid: str, gpu: str, since: dt.datetime
+    svc: EffectPorts, vid: str, gpu: str, since: dt.datetime
 ) -> tuple[int, str | None] | None:
     """The runner workflow's run for this job, by its run-name (GitHub Enterprise returns
     no run id on dispatch); runs already known to be another job's are skipped."""
@@ -301,7 +301,7 @@ def find_run(
     return None
 
 
-def check_run_in_progress(svc: Services, vid: str, e: M.CheckRunInProgress) -> None:
+def check_run_in_progress(svc: EffectPorts, vid: str, e: M.CheckRunInProgress) -> None:
     with svc.db.session() as s:
         v = _load(s, vid)
         if v.check_run_id is None or M.State(v.state).final:
@@ -314,7 +314,7 @@ def check_run_in_progress(svc: Services, vid: str, e: M.CheckRunInProgress) -> N
     )
 
 
-def cancel_run(svc: Services, vid: str, e: M.CancelRun) -> None:
+def cancel_run(svc: EffectPorts, vid: str, e: M.CancelRun) -> None:
     run_id = e.run_id
     if run_id is None:
         with svc.db.session() as s:
@@ -326,7 +326,7 @@ def cancel_run(svc: Services, vid: str, e: M.CancelRun) -> None:
 # ----------------------------------------------------------------------- ingest
 
 
-def bundle_limits(svc: Services) -> Limits:
+def bundle_limits(svc: EffectPorts) -> Limits:
     """The bounds of a bundle (docs/bounds.md), from the settings."""
     st = svc.settings
     return Limits(
@@ -341,7 +341,7 @@ def bundle_limits(svc: Services) -> Limits:
     )
 
 
-def ingest(svc: Services, vid: str, e: M.Ingest) -> M.Event | Outcome | None:
+def ingest(svc: EffectPorts, vid: str, e: M.Ingest) -> M.Event | Outcome | None:
     """Fetch one GPU's bundle (streamed to a temporary file), check it is within bounds
     and this verification's, keep it."""
     with svc.db.session() as s:
@@ -382,7 +382,7 @@ def _identity(v: Verification) -> dict[str, str]:
 
 
 def _fetch_bundle(
-    svc: Services, vid: str, gpu: str, run_id: int | None, dest: Path, max_bytes: int
+    svc: EffectPorts, vid: str, gpu: str, run_id: int | None, dest: Path, max_bytes: int
 ) -> bool:
     """The bundle streamed into `dest`: the run's artifact, or the artifact store's copy;
     False when there is none. TooLarge (either kind) past `max_bytes`."""
@@ -425,7 +425,7 @@ def wrong_bundle(
 # ----------------------------------------------------------------------- evidence
 
 
-def build_evidence(svc: Services, vid: str, e: M.BuildEvidence) -> M.Event | Outcome | None:
+def build_evidence(svc: EffectPorts, vid: str, e: M.BuildEvidence) -> M.Event | Outcome | None:
     with svc.db.session() as s:
         v = _load(s, vid)
         if v.state != M.State.INGESTING.value:
@@ -561,14 +561,14 @@ def _record_baseline(s: Session, v: Verification, sources: list[Source]) -> None
 # ----------------------------------------------------------------------- saying it
 
 
-def _report_text(svc: Services, vid: str, name: str) -> str | None:
+def _report_text(svc: EffectPorts, vid: str, name: str) -> str | None:
     key = f"reports/{vid}/{name}"
     if not svc.store.exists(key):
         return None
     return svc.store.get_bytes(key).decode("utf-8")
 
 
-def upsert_comment(svc: Services, vid: str, e: M.UpsertComment) -> None:
+def upsert_comment(svc: EffectPorts, vid: str, e: M.UpsertComment) -> None:
     """The PR's one evidence comment, rendered from what is true now. Only the App's own
     comment is edited; a deleted one is written again."""
     with svc.db.session() as s:
@@ -608,7 +608,7 @@ def upsert_comment(svc: Services, vid: str, e: M.UpsertComment) -> None:
             pr.comment_id = cid
 
 
-def _main_moved(svc: Services, repo: str, number: int, measured_base: str) -> int:
+def _main_moved(svc: EffectPorts, repo: str, number: int, measured_base: str) -> int:
     """How many commits the PR's base branch is past the measured base (0 when the PR's
     own record of its base is the measured one, which saves a request)."""
     pull = svc.github.pull(repo, number, max_age_s=PULL_MAX_AGE_S)
@@ -622,7 +622,7 @@ def _main_moved(svc: Services, repo: str, number: int, measured_base: str) -> in
         raise
 
 
-def update_pr_body(svc: Services, vid: str, e: M.UpdatePrBody) -> None:
+def update_pr_body(svc: EffectPorts, vid: str, e: M.UpdatePrBody) -> None:
     with svc.db.session() as s:
         v = _load(s, vid)
         if v.pr_number is None or v.state != M.State.PUBLISHED.value:
@@ -652,7 +652,7 @@ def fit_pr_body(body: str) -> str:
     return author[:keep] + notice + section if keep else section[:COMMENT_LIMIT]
 
 
-def complete_check_run(svc: Services, vid: str, e: M.CompleteCheckRun) -> None:
+def complete_check_run(svc: EffectPorts, vid: str, e: M.CompleteCheckRun) -> None:
     with svc.db.session() as s:
         v = _load(s, vid)
         if v.check_run_id is None:
@@ -674,7 +674,7 @@ def complete_check_run(svc: Services, vid: str, e: M.CompleteCheckRun) -> None:
     )
 
 
-def notify(svc: Services, vid: str, e: M.Notify) -> None:
+def notify(svc: EffectPorts, vid: str, e: M.Notify) -> None:
     with svc.db.session() as s:
         v = _load(s, vid)
         if v.pr_number is None:
@@ -684,7 +684,7 @@ def notify(svc: Services, vid: str, e: M.Notify) -> None:
     svc.github.create_comment(repo, number, body)
 
 
-def reply(svc: Services, vid: str, e: M.Reply) -> None:
+def reply(svc: EffectPorts, vid: str, e: M.Reply) -> None:
     with svc.db.session() as s:
         v = _load(s, vid)
         if v.pr_number is None:
@@ -693,7 +693,7 @@ def reply(svc: Services, vid: str, e: M.Reply) -> None:
     svc.github.create_comment(repo, number, messages.answer(e.user, e.reason))
 
 
-def end_verification(svc: Services, vid: str, e: M.EndVerification) -> None:
+def end_verification(svc: EffectPorts, vid: str, e: M.EndVerification) -> None:
     from bot import observability
 
     with svc.db.session() as s:

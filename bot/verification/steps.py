@@ -23,19 +23,19 @@ from bot.verification import store
 from bot.verification.effects import EXECUTORS, Outcome, find_run
 
 if TYPE_CHECKING:
-    from bot.services import Services
+    from bot.verification.ports import StepPorts
 
 log = logging.getLogger(__name__)
 
 
-def apply(svc: Services, vid: str, event: M.Event, also: store.Also | None = None) -> None:
+def apply(svc: StepPorts, vid: str, event: M.Event, also: store.Also | None = None) -> None:
     """One event: the transition is stored with its effects; the effects are queued."""
     _, effects = store.transition(svc.db, vid, event, also)
     if effects:
         svc.queue.drain(vid)
 
 
-def start(svc: Services, vid: str) -> None:
+def start(svc: StepPorts, vid: str) -> None:
     """Start a queued verification unless its repository's GPU budget is in use."""
     with svc.db.session() as s:
         v = store.get(s, vid)
@@ -49,7 +49,7 @@ def start(svc: Services, vid: str) -> None:
     apply(svc, vid, M.Start(busy=busy, max_running=limit))
 
 
-def drain(svc: Services, vid: str) -> None:
+def drain(svc: StepPorts, vid: str) -> None:
     """Carry out the verification's due effects; come back when the next one is due."""
     while True:
         token = store.claim(svc.db, vid, svc.settings.RSI_LEASE_S)
@@ -72,7 +72,7 @@ class _LeaseLost(Exception):
     """The lease expired mid-drain and another worker took it."""
 
 
-def _due(svc: Services, vid: str) -> bool:
+def _due(svc: StepPorts, vid: str) -> bool:
     now = utcnow()
     with svc.db.session() as s:
         return any(
@@ -81,7 +81,7 @@ def _due(svc: Services, vid: str) -> bool:
         )
 
 
-def _drain_claimed(svc: Services, vid: str, token: str) -> float | None:
+def _drain_claimed(svc: StepPorts, vid: str, token: str) -> float | None:
     """Seconds until the first pending effect is due, or None when none is left;
     `_LeaseLost` when another worker took the lease meanwhile."""
     with observability.verification_context(vid):
@@ -132,12 +132,12 @@ def _both(first: store.Also, then: store.Also) -> store.Also:
     return also
 
 
-def _done(svc: Services, eid: int, error: str | None = None) -> None:
+def _done(svc: StepPorts, eid: int, error: str | None = None) -> None:
     with svc.db.session() as s:
         _set_done(s, eid, error)
 
 
-def _failed(svc: Services, vid: str, eid: int, kind: str, attempts: int, exc: Exception) -> None:
+def _failed(svc: StepPorts, vid: str, eid: int, kind: str, attempts: int, exc: Exception) -> None:
     """Try again later, or give up; giving up an essential step ends the verification."""
     error = f"{type(exc).__name__}: {exc}"[:2000]
     limit = svc.settings.RSI_EFFECT_ATTEMPTS
@@ -168,7 +168,7 @@ def _failed(svc: Services, vid: str, eid: int, kind: str, attempts: int, exc: Ex
         _done(svc, eid, error)
 
 
-def reconcile(svc: Services) -> None:
+def reconcile(svc: StepPorts) -> None:
     """What a lost job or a silent runner left behind: effects nobody carries out,
     queued verifications never started, runners that never reported back."""
     now = utcnow()
@@ -199,7 +199,7 @@ def reconcile(svc: Services) -> None:
         svc.queue.drain(vid)
 
 
-def stuck_effects(svc: Services) -> list[tuple[str, str, int]]:
+def stuck_effects(svc: StepPorts) -> list[tuple[str, str, int]]:
     """(verification, effect, attempts) of effects not done: for `/metrics` and tests."""
     with svc.db.session() as s:
         rows = s.execute(
@@ -214,7 +214,7 @@ def stuck_effects(svc: Services) -> list[tuple[str, str, int]]:
 
 
 def verify_head(
-    svc: Services,
+    svc: StepPorts,
     repo: str,
     number: int,
     *,
@@ -324,7 +324,7 @@ def verify_head(
     return new
 
 
-def cancel_active(svc: Services, repo: str, number: int, event: M.Cancel) -> list[str]:
+def cancel_active(svc: StepPorts, repo: str, number: int, event: M.Cancel) -> list[str]:
     """Cancel every active verification of the PR; their ids."""
     with svc.db.session() as s:
         ids = [v.id for v in store.active(s, repo, number)]
