@@ -157,7 +157,6 @@ class Verification(Base):
     lease_until: Mapped[dt.datetime | None]
     # Who holds the lease (a random token per claim): only they renew or release it.
     lease_owner: Mapped[str | None] = mapped_column(String(32))
-    attempts: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(default=utcnow, onupdate=utcnow)
     dispatched_at: Mapped[dt.datetime | None]

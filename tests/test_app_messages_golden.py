@@ -62,7 +62,6 @@ CODES = (
     "pr-closed",
     "superseded-by",
     "step-failed",
-    "head-moved",
     "head-not-tip",
     "awaiting-approval",
     "approval-stale",

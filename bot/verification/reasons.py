@@ -23,7 +23,6 @@ CANCELLED_BY = "cancelled-by"  # {user}
 PR_CLOSED = "pr-closed"  # {state}: closed or merged
 SUPERSEDED_BY = "superseded-by"  # {id, sha}
 STEP_FAILED = "step-failed"  # {step, error, attempts}
-HEAD_MOVED = "head-moved"  # {sha}: the approved head is no longer the PR's head
 HEAD_NOT_TIP = "head-not-tip"  # {sha, tip, branch}: the PR shows `tip`, not the promoted `sha`
 AWAITING_APPROVAL = "awaiting-approval"  # {sha, pusher}: why it waits (no end)
 APPROVAL_STALE = "approval-stale"  # {sha, head}: a press of Approve and verify on an old head
@@ -42,7 +41,6 @@ CODES = frozenset(
         PR_CLOSED,
         SUPERSEDED_BY,
         STEP_FAILED,
-        HEAD_MOVED,
         HEAD_NOT_TIP,
         AWAITING_APPROVAL,
         APPROVAL_STALE,

@@ -1,5 +1,6 @@
 """The PR's outbox (`pull_writes`: replies and reactions carried out after the state
-they answer) and a lease per PR so that commands on one PR take turns.
+they answer) and a lease per PR so that commands on one PR take turns. `verifications.attempts`,
+never written, goes.
 
 Revision ID: 0011
 Revises: 0010
@@ -34,9 +35,15 @@ def upgrade() -> None:
     with op.batch_alter_table("pull_requests") as batch:
         batch.add_column(sa.Column("lease_until", sa.DateTime(timezone=True), nullable=True))
         batch.add_column(sa.Column("lease_owner", sa.String(40), nullable=True))
+    with op.batch_alter_table("verifications") as batch:
+        batch.drop_column("attempts")
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("verifications") as batch:
+        batch.add_column(
+            sa.Column("attempts", sa.Integer(), nullable=False, server_default=sa.text("0"))
+        )
     with op.batch_alter_table("pull_requests") as batch:
         batch.drop_column("lease_owner")
         batch.drop_column("lease_until")
