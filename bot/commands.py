@@ -23,6 +23,17 @@ _SHA = re.compile(r"^[0-9a-f]{7,40}$")
 MAX_DIGITS = 40  # of rounds=N
 
 
+@dataclass(frozen=True)
+class Mistake:
+    """What was wrong with a command, as data: `pr_templates/app.md.j2` words it."""
+
+    code: str  # unknown-command, unknown-argument or bad-rounds
+    word: str  # the user's word, at most 40 characters
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.word}"
+
+
 @dataclass
 class Command:
     name: str
@@ -30,7 +41,7 @@ class Command:
     all_gpus: bool = False  # `all`: every GPU the repository's configuration lists
     rounds: int | str | None = None  # a number a side, or "auto"
     base_main: bool = False
-    errors: list[str] = field(default_factory=list)
+    errors: list[Mistake] = field(default_factory=list)
     sha: str | None = None  # `/rsi reverify <sha>`: exactly this commit (a prefix of it)
 
 
@@ -104,7 +115,7 @@ def parse(text: str) -> Command | None:
         return Command("help")
     name, args = words[0].lower(), words[1:]
     if name not in NAMES:
-        return Command("help", errors=[f"unknown command `{words[0][:40]}`"])
+        return Command("help", errors=[Mistake("unknown-command", words[0][:40])])
     cmd = Command(name)
     for arg in args if name == "reverify" else []:
         low = arg.lower()
@@ -123,9 +134,9 @@ def parse(text: str) -> Command | None:
             elif value == "auto":
                 cmd.rounds = "auto"
             else:
-                cmd.errors.append(f"`{arg[:40]}`: rounds must be a whole number or auto")
+                cmd.errors.append(Mistake("bad-rounds", arg[:40]))
         elif low == "base=main":
             cmd.base_main = True
         else:
-            cmd.errors.append(f"unknown argument `{arg[:40]}`")
+            cmd.errors.append(Mistake("unknown-argument", arg[:40]))
     return cmd

@@ -14,6 +14,7 @@ from typing import Any
 from markupsafe import Markup
 
 from bot.approvals import Outsider
+from bot.commands import Mistake
 from bot.models import Verification
 from bot.repo_config import ConfigResult, render_error
 from bot.verification.machine import JobState, State
@@ -352,22 +353,8 @@ def refusal(user: str, repo: str) -> str:
     return _say("refusal", user, repo)
 
 
-def help_text(errors: list[str]) -> str:
-    return _say("help", Markup("; ").join(_quoting(e) for e in errors))
-
-
-def _quoting(error: str) -> Markup:
-    """A command error ("unknown argument `WORD`") whose one code span holds the user's
-    word: the span is rebuilt so that backticks in the word cannot close it early, and
-    the rest is inert text."""
-    first, last = error.find("`"), error.rfind("`")
-    if first < 0 or last == first:
-        return inert.text(error)
-    return (
-        inert.text(error[:first])
-        + inert.code(error[first + 1 : last])
-        + inert.text(error[last + 1 :])
-    )
+def help_text(errors: list[Mistake]) -> str:
+    return _say("help", errors)
 
 
 # A code span of the App's plain text: a word between single backticks.

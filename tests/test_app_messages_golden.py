@@ -20,6 +20,7 @@ from markdown_it import MarkdownIt
 
 from bot import messages
 from bot.approvals import Outsider
+from bot.commands import Mistake
 from bot.github.api import fit
 from bot.models import RunnerJob, Verification
 from bot.repo_config import parse, render_error
@@ -190,7 +191,13 @@ def replies() -> str:
         messages.reverify_which(WORDS, WORDS, SHA),
         messages.reverify_which(WORDS, None, SHA),
         messages.refusal(WORDS, WORDS),
-        messages.help_text([f"unknown argument `{WORDS}`", WORDS]),
+        messages.help_text(
+            [
+                Mistake("unknown-argument", WORDS),
+                Mistake("unknown-command", WORDS),
+                Mistake("bad-rounds", WORDS),
+            ]
+        ),
         messages.refused(WORDS, WORDS),
         messages.reverify_queued(WORDS, v),
         messages.reverify_joined(WORDS, v, True),

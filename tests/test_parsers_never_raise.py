@@ -52,7 +52,7 @@ def test_rounds_in_any_digits_but_ascii_ones_are_refused_not_raised() -> None:
         cmd = commands.parse(f"/rsi reverify rounds={digits}")
         assert cmd is not None
         assert cmd.rounds is None
-        assert cmd.errors == [f"`rounds={digits}`: rounds must be a whole number or auto"]
+        assert cmd.errors == [commands.Mistake("bad-rounds", f"rounds={digits}")]
     cmd = commands.parse("/rsi reverify rounds=12")
     assert cmd is not None
     assert cmd.rounds == 12
