@@ -26,8 +26,6 @@ from evidence.render import (
     SECTION_END,
     SECTION_START,
     environment,
-    fmt_interval,
-    fmt_pct,
     tidy_markdown,
 )
 
@@ -163,40 +161,34 @@ class LedgerRow:
     sha: str
     when: str
     trigger: str
-    cells: dict[str, str] = field(default_factory=dict)
+    cells: dict[str, Cell] = field(default_factory=dict)
     claim: str = ""
     current: bool = False
 
 
-def _cell(h: dict[str, Any] | None, verdict: str | None) -> str:
-    if not h:
-        return verdict or "—"
-    figure = fmt_pct(h.get("delta_pct"))
-    if h.get("ci_low_pct") is not None and h.get("ci_high_pct") is not None:
-        figure += " " + fmt_interval(h.get("ci_low_pct"), h.get("ci_high_pct"))
-    out = f"{figure} {h.get('verdict') or verdict or ''}".strip()
-    minutes = (h.get("gpu_minutes") or {}).get("total")
-    if isinstance(minutes, int | float):
-        out += f" · {minutes:.1f} GPU min"
-    if h.get("stopped"):
-        out += f" ({h['stopped']})"
-    return out
+@dataclass(frozen=True)
+class Cell:
+    """One GPU's ledger cell, worded by the template: the headline measured, or the
+    job's state and run where nothing was."""
+
+    headline: dict[str, Any] | None = None
+    state: str | None = None
+    url: str | None = None
 
 
-def gpu_time(v: Verification) -> list[str]:
-    """Per GPU kind: the GPU minutes each side held, start-ups included (published
-    verifications whose bundles recorded them)."""
+def ledger_cell(c: Cell) -> str:
+    """A ledger cell as the comment shows it."""
+    return _say("ledger_cell", c)
+
+
+def gpu_time(v: Verification) -> list[tuple[str, dict[str, Any]]]:
+    """(GPU kind, headline) of each GPU kind whose bundle recorded its GPU minutes (each
+    side's, start-ups included), for the template's `gpu_time`."""
     out = []
     for g, h in (v.headline or {}).items():
         m = (h or {}).get("gpu_minutes") or {}
         if isinstance(m.get("total"), int | float):
-            line = (
-                f"{g} {m['total']:.1f} min (base {m.get('base') or 0:.1f}, "
-                f"head {m.get('head') or 0:.1f})"
-            )
-            if h.get("stopped"):
-                line += f", rounds stopped: {h['stopped']}"
-            out.append(line)
+            out.append((g, h))
     return out
 
 
@@ -225,7 +217,7 @@ def _row(v: Verification, current: bool) -> LedgerRow:
     # Measured numbers stay in the row whatever came after (a verification superseded
     # after its evidence was recorded keeps them).
     for g, h in (v.headline or {}).items():
-        row.cells[g] = _cell(h, None)
+        row.cells[g] = Cell(headline=h) if h else Cell()
     if v.state == State.PUBLISHED.value:
         row.claim = CLAIM_WORDS.get(v.claim_status or "none", "")
     else:
@@ -233,9 +225,7 @@ def _row(v: Verification, current: bool) -> LedgerRow:
     for j in jobs(v):
         if j.gpu not in row.cells and j.reason is not None:
             # The reason itself is said once, under the table; the cell stays short.
-            row.cells[j.gpu] = inert.text(j.state) + (
-                Markup(f" ([run]({inert.href(j.url)}))") if j.url else ""
-            )
+            row.cells[j.gpu] = Cell(state=j.state, url=j.url)
     return row
 
 

@@ -26,7 +26,9 @@ def adaptive_published() -> Verification:
 def test_ledger_cell_carries_gpu_minutes_and_the_stop() -> None:
     v = adaptive_published()
     [row] = messages.ledger_rows([v], v.id)
-    assert row.cells["H200"] == ("-3.5% [-21.4%, +18.4%] inconclusive · 43.8 GPU min (max-rounds)")
+    assert messages.ledger_cell(row.cells["H200"]) == (
+        "-3.5% [-21.4%, +18.4%] inconclusive · 43.8 GPU min (max-rounds)"
+    )
 
 
 def test_status_reply_says_gpu_time_per_kind_and_side_and_the_rounds() -> None:
@@ -44,7 +46,7 @@ def test_status_reply_says_gpu_time_per_kind_and_side_and_the_rounds() -> None:
 def test_without_recorded_minutes_the_old_words_stay() -> None:
     v = published("no-change")
     [row] = messages.ledger_rows([v], v.id)
-    assert "GPU min" not in row.cells["H200"]
+    assert "GPU min" not in messages.ledger_cell(row.cells["H200"])
     reply = messages.status_reply(v, "mia", "2 minutes", None)
     assert "rounds: 5 rounds a side" in reply
     assert "expected GPU time: unknown" in reply

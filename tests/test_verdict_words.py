@@ -72,7 +72,7 @@ def test_check_run_title_and_conclusion(verdict: str) -> None:
 def test_ledger_and_status_reply_tell_the_two_apart() -> None:
     wide, same = published("inconclusive"), published("no-change")
     rows = messages.ledger_rows([wide], wide.id)
-    assert rows[0].cells["H200"] == "-3.5% [-21.4%, +18.4%] inconclusive"
+    assert messages.ledger_cell(rows[0].cells["H200"]) == "-3.5% [-21.4%, +18.4%] inconclusive"
     assert rows[0].claim == "claim undecided"
     assert messages.ledger_rows([same], same.id)[0].claim == "claim gone"
     reply = messages.status_reply(wide, "mia", "2 minutes", None)
