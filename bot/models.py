@@ -138,6 +138,8 @@ class Verification(Base):
     # Created for a head that awaited a maintainer's approval: it never ran, and is no
     # evidence that its head is trusted (an approval is).
     held_for_approval: Mapped[bool] = mapped_column(default=False, server_default=false())
+    # A merge to the default branch measured against its parent (the watch), not a PR.
+    watch: Mapped[bool] = mapped_column(default=False, server_default=false())
     requested_by: Mapped[str | None] = mapped_column(String(100))
     superseded_by: Mapped[str | None] = mapped_column(String(40))
     state: Mapped[str] = mapped_column(String(20), default=State.QUEUED.value, index=True)
@@ -297,6 +299,8 @@ class Series(Base):
     # Why it closed, in words: "driver 550.54 → 560.28".
     closed_reason: Mapped[str | None] = mapped_column(String(300))
     successor_id: Mapped[int | None] = mapped_column(ForeignKey("series.id"), nullable=True)
+    # The change detector's state over the series' points (evidence.changes.DetectorState).
+    detector: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
 
 class SeriesPoint(Base):

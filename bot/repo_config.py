@@ -39,6 +39,11 @@ whether it changed (`If-None-Match`: a 304 costs no rate limit and no parse).
                                        # task's own)
     control: none                      # or aa: base-against-base pairs beside the real ones
                                        # (needs the alternate design)
+    watch:                             # each push to the default branch against its parent
+      tasks: [cosyvoice3]              # default: the tasks of this repository's candidates
+      gpus: [H200]                     # default: gpus above; modes likewise
+      gpu_minutes_per_day: 240         # pushes past it wait for the next day's budget
+                                       # (`watch: false` turns it off)
 """
 
 from __future__ import annotations
@@ -144,6 +149,39 @@ class Thresholds(BaseModel):
     failure_rate: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = Field(
         default=0.01, description="failed-request share allowed"
     )
+
+
+TaskName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,99}$")]
+
+
+class Watch(BaseModel):
+    """Each push to the default branch measured against the commit before it."""
+
+    model_config = _STRICT
+
+    enabled: bool = Field(default=True, description="`watch: false` turns the watch off")
+    tasks: Annotated[list[TaskName], BeforeValidator(_as_list)] = Field(
+        default_factory=list,
+        description="tasks measured (default: those of this repository's candidates)",
+    )
+    gpus: Annotated[list[Gpu], BeforeValidator(_as_list)] | None = Field(
+        default=None, description="GPU kinds (default: the repository's `gpus`)"
+    )
+    modes: Annotated[list[Mode], BeforeValidator(_as_list)] | None = Field(
+        default=None, description="modes (default: the repository's `modes`)"
+    )
+    gpu_minutes_per_day: float = Field(
+        default=240,
+        ge=0,
+        le=100_000,
+        allow_inf_nan=False,
+        description="GPU minutes the watch may spend in a day; pushes past it wait",
+    )
+
+
+def _watch(value: Any) -> Any:
+    """`watch: false` / `watch: true` as the section they mean."""
+    return {"enabled": value} if isinstance(value, bool) else value
 
 
 class Guards(BaseModel):
@@ -261,6 +299,8 @@ class RepoConfig(BaseModel):
     # A null control (the dispatch's `control` input): base against base beside the real
     # pairs, so that the machine's own side bias is in the evidence.
     control: Annotated[ControlName, BeforeValidator(_control)] = "none"
+    # Pushes to the default branch measured against their parent (on unless `false`).
+    watch: Annotated[Watch, BeforeValidator(_watch)] = Field(default_factory=Watch)
 
     @field_validator("benchmark_ref")
     @classmethod

@@ -86,5 +86,8 @@ class Services:
     def report_url(self, verification_id: str) -> str:
         return self.signer.report_url(self.settings.PUBLIC_URL, verification_id)
 
+    def history_url(self, repo: str) -> str:
+        return self.signer.history_url(self.settings.PUBLIC_URL, repo)
+
     def plot_url(self, verification_id: str, name: str) -> str:
         return self.signer.plot_url(self.settings.PUBLIC_URL, verification_id, name)

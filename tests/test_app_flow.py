@@ -323,6 +323,7 @@ def test_app_manifest_asks_for_what_the_flows_need() -> None:
         "issue_comment",
         "pull_request",
         "pull_request_review",
+        "push",
         "workflow_run",
         "workflow_job",
         "check_run",

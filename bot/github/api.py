@@ -326,9 +326,10 @@ class GitHub:
         summary: str,
         conclusion: str | None = None,
         actions: list[dict[str, str]] | None = None,
+        name: str = "",
     ) -> int:
-        """A queued check run, or one completed with `conclusion` (`action_required`
-        with its `actions`, the buttons GitHub shows on it)."""
+        """A queued check run (`rsi/verify` unless `name` says), or one completed with
+        `conclusion` (`action_required` with its `actions`, the buttons GitHub shows)."""
         kwargs: dict[str, Any] = {"status": "queued"}
         if conclusion is not None:
             kwargs = {"conclusion": conclusion, "completed_at": dt.datetime.now(dt.UTC)}
@@ -336,7 +337,7 @@ class GitHub:
             kwargs["actions"] = actions
         run = self._call(
             lambda: self._repo(repo).create_check_run(
-                name=CHECK_NAME,
+                name=name or CHECK_NAME,
                 head_sha=head_sha,
                 external_id=external_id,
                 details_url=details_url,
@@ -453,6 +454,7 @@ class GitHub:
 
 
 CHECK_NAME = "rsi/verify"
+WATCH_CHECK_NAME = "rsi/watch"  # a merge to the default branch against its parent
 # The identifier of the Approve and verify button on a check run awaiting approval (at
 # most 20 characters); the press is bound to the check run's own head SHA.
 APPROVE_ACTION = "approve-and-verify"

@@ -11,6 +11,7 @@ from bot.handlers import (  # noqa: F401  (registers the handlers)
     rerun,
     reviews,
     runs,
+    watch,
 )
 from bot.handlers.context import Context
 from bot.handlers.registry import handlers

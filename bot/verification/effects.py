@@ -7,6 +7,7 @@ transition (`Outcome`). The drain applies it: no executor moves the machine itse
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import re
 import tempfile
@@ -17,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.orm import Session
 
-from bot import approvals, messages
+from bot import approvals, messages, watch
 from bot.artifacts import TooLarge as ArtifactTooLarge
 from bot.artifacts import save_to_file
-from bot.github.api import APPROVE_ACTION, GitHubError, Pull
+from bot.github.api import APPROVE_ACTION, CHECK_NAME, WATCH_CHECK_NAME, GitHubError, Pull
 from bot.github.client import TooLarge
 from bot.models import BaselineMeasurement, PullRequest, RunnerJob, Verification, utcnow
 from bot.verification import machine as M
@@ -188,14 +189,16 @@ def ensure_check_run(svc: EffectPorts, vid: str, e: M.EnsureCheckRun) -> None:
         v = _load(s, vid)
         if v.check_run_id is not None or M.State(v.state).final:
             return  # one check run; none for a verification that ended before it began
-        repo, head = v.repo, v.head_sha
+        repo, head, watch = v.repo, v.head_sha, v.watch
         waits = v.state == M.State.AWAITING_APPROVAL.value
         title, summary = messages.check_awaiting(v) if waits else messages.check_queued(v)
     run_id = svc.github.create_check_run(
         repo,
         head_sha=head,
         external_id=vid,
-        details_url=svc.report_url(vid),
+        # A watch's details are its series: the history page of the repository.
+        details_url=svc.history_url(repo) if watch else svc.report_url(vid),
+        name=WATCH_CHECK_NAME if watch else CHECK_NAME,
         title=title,
         summary=summary,
         conclusion="action_required" if waits else None,
@@ -657,7 +660,7 @@ def complete_check_run(svc: EffectPorts, vid: str, e: M.CompleteCheckRun) -> Non
         v = _load(s, vid)
         if v.check_run_id is None:
             return
-        repo, cid = v.repo, v.check_run_id
+        repo, cid, watch = v.repo, v.check_run_id, v.watch
         if v.state == M.State.PUBLISHED.value:
             check = _report_text(svc, vid, "check.md") or ""
             title, summary = messages.check_published(v, check)
@@ -669,9 +672,19 @@ def complete_check_run(svc: EffectPorts, vid: str, e: M.CompleteCheckRun) -> Non
         title=title,
         summary=summary,
         conclusion=e.conclusion,
-        details_url=svc.report_url(vid),
+        details_url=svc.history_url(repo) if watch else svc.report_url(vid),
         actions=[] if e.drop_actions else None,
     )
+
+
+def record_history(svc: EffectPorts, vid: str, e: M.RecordHistory) -> None:
+    """The watch's published result, a point of each series it measured (one per GPU
+    kind: its headline row), fed to the series' change detector."""
+    text = _report_text(svc, vid, "evidence.json")
+    if text is None:
+        raise LookupError(f"{vid}: no evidence.json in the artifact store")
+    with svc.db.session() as s:
+        watch.record(s, _load(s, vid), json.loads(text), utcnow())
 
 
 def notify(svc: EffectPorts, vid: str, e: M.Notify) -> None:
@@ -711,6 +724,7 @@ EXECUTORS: dict[type[Any], Executor] = {
     M.CancelRun: cancel_run,
     M.Ingest: ingest,
     M.BuildEvidence: build_evidence,
+    M.RecordHistory: record_history,
     M.UpsertComment: upsert_comment,
     M.UpdatePrBody: update_pr_body,
     M.CompleteCheckRun: complete_check_run,

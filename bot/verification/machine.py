@@ -86,6 +86,9 @@ class Verification:
     jobs: tuple[Job, ...]
     requested_by: str | None = None  # whoever asked to be told, space-separated
     reason: Reason | None = None
+    # A merge to the default branch measured against its parent: no PR to open, comment
+    # on or notify; its check run is `rsi/watch`, its result a point of its series.
+    watch: bool = False
 
     def job(self, gpu: str) -> Job | None:
         return next((j for j in self.jobs if j.gpu == gpu.upper()), None)
@@ -284,6 +287,11 @@ class BuildEvidence:
 
 
 @dataclass(frozen=True)
+class RecordHistory:
+    """Add the watch's published result to the series of each fingerprint it measured."""
+
+
+@dataclass(frozen=True)
 class UpsertComment:
     """Render the PR's one evidence comment from what is true now (ledger, the latest
     good evidence, this verification's status) and put it in place."""
@@ -331,6 +339,7 @@ Effect = (
     | CancelRun
     | Ingest
     | BuildEvidence
+    | RecordHistory
     | UpsertComment
     | UpdatePrBody
     | CompleteCheckRun
@@ -352,6 +361,7 @@ EFFECTS: dict[str, type[Any]] = {
         CancelRun,
         Ingest,
         BuildEvidence,
+        RecordHistory,
         UpsertComment,
         UpdatePrBody,
         CompleteCheckRun,
@@ -460,7 +470,9 @@ def _start(v: Verification, e: Start) -> tuple[Verification, tuple[Effect, ...]]
     pending = [j for j in v.jobs if j.state == JobState.PENDING]
     if v.state != State.QUEUED or not pending or e.busy >= e.max_running:
         return v, ()  # already started, or over the GPU budget: the reconciler retries
-    effects: list[Effect] = [EnsurePullRequest(), EnsureCheckRun()]
+    effects: list[Effect] = (
+        [EnsureCheckRun()] if v.watch else [EnsurePullRequest(), EnsureCheckRun()]
+    )
     for j in pending:
         v = v.with_job(replace(j, state=JobState.DISPATCHING))
         effects.append(Dispatch(j.gpu))
@@ -578,6 +590,8 @@ def _built(v: Verification, e: EvidenceBuilt) -> tuple[Verification, tuple[Effec
         # the other GPUs is not the success asked for; a regression measured stays one.
         conclusion = "neutral"
     v = replace(v, state=State.PUBLISHED, reason=None)
+    if v.watch:
+        return v, (RecordHistory(), CompleteCheckRun(conclusion), EndVerification(State.PUBLISHED))
     effects: list[Effect] = [
         UpsertComment(),
         UpdatePrBody(),
@@ -612,10 +626,10 @@ def _end(
             v = v.with_job(replace(j, state=JobState.CANCELLED))
     v = replace(v, state=state, reason=reason)
     effects.append(CompleteCheckRun(conclusion, drop_actions=awaited))
-    if comment or awaited:
+    if (comment or awaited) and not v.watch:
         effects.append(UpsertComment())
     effects.append(EndVerification(state, reason))
-    if notify:
+    if notify and not v.watch:
         effects += _told(v, but)
     return v, tuple(effects)
 

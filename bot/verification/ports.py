@@ -37,6 +37,8 @@ class EffectPorts(Protocol):
 
     def plot_url(self, verification_id: str, name: str) -> str: ...
 
+    def history_url(self, repo: str) -> str: ...
+
 
 class StepPorts(EffectPorts, Protocol):
     """The effects' ports and the queue the jobs put their next steps on."""

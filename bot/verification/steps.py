@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from bot import observability
+from bot import observability, watch
 from bot.models import Effect, Verification, utcnow
+from bot.repo_config import Plan, RepoConfig
 from bot.verification import machine as M
 from bot.verification import store
 from bot.verification.effects import EXECUTORS, Outcome, find_run
@@ -331,3 +332,91 @@ def cancel_active(svc: StepPorts, repo: str, number: int, event: M.Cancel) -> li
     for vid in ids:
         apply(svc, vid, event)
     return ids
+
+
+# ----------------------------------------------------------------------- the watch
+
+
+def watch_push(
+    svc: StepPorts,
+    repo: str,
+    *,
+    before: str,
+    after: str,
+    branch: str,
+    config: RepoConfig,
+    installation_id: int | None = None,
+) -> list[str]:
+    """Queue the watch's verifications of a push to the default branch (`after` against
+    `before`), one per task; their ids. A watch verification of the same task still
+    queued is superseded and its base kept, so the new one measures the whole range."""
+    now = utcnow()
+    with svc.db.session() as s:
+        p = watch.plan(s, repo, config)
+        if p is None:
+            log.info("%s: push to %s not watched (off, or no task to measure)", repo, branch)
+            return []
+        spent = watch.minutes_today(s, repo, now)
+        if spent >= config.watch.gpu_minutes_per_day:
+            log.warning(
+                "%s: push of %s not measured: the watch spent %.0f of its %.0f GPU minutes "
+                "today; the next push measured covers it",
+                repo,
+                after[:10],
+                spent,
+                config.watch.gpu_minutes_per_day,
+            )
+            return []
+        how = config.plan(gpus=p.gpus)
+        assert isinstance(how, Plan)  # the watch's GPU kinds are the configuration's own
+        made: list[tuple[str, list[str]]] = []
+        for task in p.tasks:
+            queued = s.scalars(
+                select(Verification)
+                .where(
+                    Verification.repo == repo,
+                    Verification.task == task,
+                    Verification.watch.is_(True),
+                    Verification.state == M.State.QUEUED.value,
+                )
+                .order_by(Verification.created_at)
+            ).all()
+            base = queued[0].base_sha if queued else before
+            new = store.create(
+                s,
+                store.NewVerification(
+                    repo=repo,
+                    task=task,
+                    base_sha=base,
+                    head_sha=after,
+                    head_repo=repo,
+                    head_ref=branch,
+                    gpus=how.gpus,
+                    rounds=how.rounds,
+                    adaptive=how.adaptive,
+                    gpu_minutes=how.gpu_minutes,
+                    modes=p.modes,
+                    candidate={
+                        "candidate_id": "watch-" + after[:12],
+                        "task": task,
+                        "repo": repo,
+                        "base_sha": base,
+                        "head": {"repo": repo, "ref": branch, "sha": after},
+                        "title": branch + " at " + after[:10],
+                    },
+                    trigger="push to " + branch,
+                    installation_id=installation_id,
+                    watch=True,
+                ),
+            )
+            made.append((new.id, [q.id for q in queued]))
+    for new_id, older in made:
+
+        def mark(s: Session, old: Verification, by: str = new_id) -> None:
+            old.superseded_by = by
+
+        for vid in older:
+            apply(svc, vid, M.Supersede(new_id, after), mark)
+        log.info("%s of %s: watching %s at %s", new_id, repo, branch, after[:10])
+        svc.queue.start(new_id)
+    return [new_id for new_id, _ in made]

@@ -68,6 +68,7 @@ class NewVerification:
     review_round: bool = False
     installation_id: int | None = None
     held: bool = False  # a head awaiting approval: see `first_step`
+    watch: bool = False  # a merge to the default branch against its parent
 
 
 def create(s: Session, new: NewVerification) -> Verification:
@@ -94,6 +95,7 @@ def create(s: Session, new: NewVerification) -> Verification:
         review_round=new.review_round,
         installation_id=new.installation_id,
         held_for_approval=new.held,
+        watch=new.watch,
         state=M.State.QUEUED.value,
         version=0,
     )
@@ -136,6 +138,7 @@ def snapshot(v: Verification) -> M.Verification:
         ),
         requested_by=v.requested_by,
         reason=Reason.from_json(v.end_reason),
+        watch=bool(v.watch),
     )
 
 

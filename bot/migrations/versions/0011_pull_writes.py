@@ -1,6 +1,7 @@
 """The PR's outbox (`pull_writes`: replies and reactions carried out after the state
 they answer) and a lease per PR so that commands on one PR take turns. `verifications.attempts`,
-never written, goes.
+never written, goes; `verifications.watch` marks a merge to the default branch measured
+against its parent, and `series.detector` keeps the change detector's state.
 
 Revision ID: 0011
 Revises: 0010
@@ -35,12 +36,20 @@ def upgrade() -> None:
     with op.batch_alter_table("pull_requests") as batch:
         batch.add_column(sa.Column("lease_until", sa.DateTime(timezone=True), nullable=True))
         batch.add_column(sa.Column("lease_owner", sa.String(40), nullable=True))
+    with op.batch_alter_table("series") as batch:
+        batch.add_column(sa.Column("detector", sa.JSON(), nullable=True))
     with op.batch_alter_table("verifications") as batch:
         batch.drop_column("attempts")
+        batch.add_column(
+            sa.Column("watch", sa.Boolean(), nullable=False, server_default=sa.false())
+        )
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("series") as batch:
+        batch.drop_column("detector")
     with op.batch_alter_table("verifications") as batch:
+        batch.drop_column("watch")
         batch.add_column(
             sa.Column("attempts", sa.Integer(), nullable=False, server_default=sa.text("0"))
         )

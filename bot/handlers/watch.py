@@ -1,0 +1,35 @@
+"""`push` to a repository's default branch: the watch measures it against the commit
+before it (`bot.watch`), when the repository has a `.github/rsi.yml`."""
+
+from __future__ import annotations
+
+from bot.handlers.context import Context
+from bot.handlers.registry import on
+from bot.verification import steps
+
+ZERO = "0" * 40
+
+
+@on("push")
+def pushed(ctx: Context) -> None:
+    p = ctx.payload
+    repository = p.get("repository") or {}
+    branch = str(repository.get("default_branch") or "")
+    before, after = str(p.get("before") or ""), str(p.get("after") or "")
+    if not branch or p.get("ref") != "refs/heads/" + branch or p.get("deleted"):
+        return  # another branch or a tag, or the branch deleted
+    if len(after) != 40 or before in ("", ZERO):
+        return  # a branch just created has nothing before it to compare with
+    found = ctx.svc.repo_config(ctx.repo)
+    if not found.found:
+        return  # the watch needs the repository to have chosen rsi-bot's settings
+    installation = (p.get("installation") or {}).get("id")
+    steps.watch_push(
+        ctx.svc,
+        ctx.repo,
+        before=before,
+        after=after,
+        branch=branch,
+        config=found.config,
+        installation_id=installation if isinstance(installation, int) else None,
+    )

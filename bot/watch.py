@@ -1,0 +1,147 @@
+"""The watch of a repository's default branch: which pushes are measured, on what, and how
+a measured push becomes a point of its series.
+
+A push to the default branch (a merge, a squash, a rebase of several commits) is measured
+head against the commit before the push, on the tasks, GPU kinds and modes of the
+`watch:` section of `.github/rsi.yml`, with the same runner, design and evidence as a PR.
+A push that finds the watch's previous verification of a task still queued replaces it
+and measures the whole range (the newest head against the oldest base): pushes that come
+faster than the runners are batched. A day's GPU minutes are bounded: past them, a push
+is not measured, and the next one measured covers it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from bot.history import NewPoint, SeriesKey, add_point, open_series
+from bot.models import Verification
+from bot.repo_config import RepoConfig
+from evidence.changes import ChangePolicy, DetectorState, Point, update
+from evidence.metrics import BY_NAME
+
+log = logging.getLogger(__name__)
+
+Z95 = 1.959964
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one push is measured on."""
+
+    tasks: list[str]
+    gpus: list[str]
+    modes: list[str]
+
+
+def plan(s: Session, repo: str, config: RepoConfig) -> Plan | None:
+    """The watch's tasks, GPU kinds and modes for `repo`; None when it is off or there is
+    no task to measure (none configured and no candidate measured yet)."""
+    w = config.watch
+    if not w.enabled:
+        return None
+    tasks = list(w.tasks) or _known_tasks(s, repo)
+    if not tasks:
+        return None
+    return Plan(tasks, list(w.gpus or config.gpus), list(w.modes or config.modes))
+
+
+def _known_tasks(s: Session, repo: str) -> list[str]:
+    rows = s.scalars(
+        select(Verification.task)
+        .where(Verification.repo == repo, Verification.watch.is_(False))
+        .distinct()
+        .order_by(Verification.task)
+    )
+    return list(rows)
+
+
+def minutes_today(s: Session, repo: str, now: dt.datetime) -> float:
+    """GPU minutes the watch of `repo` spent in the last day (every GPU kind, both sides
+    and start-ups, as the bundles recorded them)."""
+    since = now - dt.timedelta(days=1)
+    rows = s.scalars(
+        select(Verification.headline).where(
+            Verification.repo == repo,
+            Verification.watch.is_(True),
+            Verification.created_at >= since,
+        )
+    )
+    total = 0.0
+    for headline in rows:
+        for h in (headline or {}).values():
+            m = (h or {}).get("gpu_minutes") or {}
+            if isinstance(m.get("total"), int | float):
+                total += float(m["total"])
+    return total
+
+
+def record(s: Session, v: Verification, doc: dict[str, Any], now: dt.datetime) -> int:
+    """Each GPU kind's headline of the published evidence `doc` as a point of its series,
+    fed to the series' change detector; how many points were added."""
+    added = 0
+    bundles = {j.gpu: j.bundle_key for j in v.jobs}
+    for gpu, g in (doc.get("gpus") or {}).items():
+        h = (g or {}).get("headline") or {}
+        if not isinstance(h.get("delta_pct"), int | float):
+            continue
+        fp = (g.get("fingerprint") or {}).get("head") or {}
+        key = SeriesKey(
+            repo=v.repo,
+            task=v.task,
+            gpu=str(gpu),
+            driver=str(fp.get("driver") or "unknown"),
+            image=str(fp.get("image_digest") or fp.get("image") or "none"),
+            mode=str(h.get("mode") or ""),
+            concurrency=int(h.get("concurrency") or 0),
+            metric=str(h.get("metric") or ""),
+        )
+        pairs = int(g.get("rounds_per_side") or 0)
+        alarm = _detect(s, key, v.head_sha, h, pairs, now)
+        point = NewPoint(
+            sha=v.head_sha,
+            parent_sha=v.base_sha,
+            verification_id=v.id,
+            change_pct=float(h["delta_pct"]),
+            ci_low_pct=_num(h.get("ci_low_pct")),
+            ci_high_pct=_num(h.get("ci_high_pct")),
+            verdict=str(h.get("verdict") or ""),
+            pairs=pairs or None,
+            bundle_key=bundles.get(str(gpu)),
+            change_point=alarm,
+        )
+        add_point(s, key, point, now)
+        added += 1
+    return added
+
+
+def _detect(
+    s: Session, key: SeriesKey, sha: str, h: dict[str, Any], pairs: int, now: dt.datetime
+) -> str | None:
+    """Feed the point to its series' detector (kept with the series); the side of the
+    alarm it raised, if any. Its estimate is log(head/parent) oriented so that higher is
+    better, its standard error read off the 95% interval."""
+    series = open_series(s, key, now)
+    state = DetectorState.from_record(series.detector) if series.detector else DetectorState()
+    sign = -1.0 if (m := BY_NAME.get(key.metric)) is not None and m.better == "lower" else 1.0
+    delta, lo, hi = _num(h.get("delta_pct")), _num(h.get("ci_low_pct")), _num(h.get("ci_high_pct"))
+    usable = delta is not None and lo is not None and hi is not None and min(lo, hi) > -100
+    se = None
+    estimate = 0.0
+    if usable and delta is not None and lo is not None and hi is not None and pairs >= 2:
+        estimate = sign * math.log1p(delta / 100)
+        se = (math.log1p(hi / 100) - math.log1p(lo / 100)) / (2 * Z95) or None
+    step = update(state, Point(sha, estimate, se, math.inf, pairs), ChangePolicy())
+    series.detector = state.record()
+    return step.alarms[0].side if step.alarms else None
+
+
+def _num(x: Any) -> float | None:
+    return float(x) if isinstance(x, int | float) and math.isfinite(x) else None

@@ -1,0 +1,153 @@
+"""The watch of the default branch, through the stand-in GitHub: a push to main is
+measured against the commit before it, its check run is `rsi/watch` linking the history
+page, and its result is a point of its series."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from bot.models import Series, SeriesPoint, Verification
+from bot.repo_config import parse
+from tests import appkit
+from tests.standin import GitHubStandIn, example
+from tests.worlds import World, world
+
+MERGE = "c" * 40
+LATER = "d" * 40
+CONFIG = "gpus: [H200]\nrounds: 4\nmodes: [streaming]\nwatch:\n  tasks: [cosyvoice3]\n"
+
+
+@pytest.fixture
+def w(tmp_path: Path, github: GitHubStandIn) -> Iterator[World]:
+    with world("embedded", tmp_path, github) as x:
+        yield x
+
+
+def pushed(before: str, after: str, ref: str = "refs/heads/main") -> dict[str, Any]:
+    p = copy.deepcopy(example("push"))
+    p["repository"].update(
+        full_name=appkit.UPSTREAM,
+        name=appkit.UPSTREAM.split("/")[1],
+        default_branch="main",
+        master_branch="main",
+    )
+    p["repository"]["owner"]["login"] = appkit.UPSTREAM.split("/")[0]
+    p.update(ref=ref, before=before, after=after, created=False, deleted=False)
+    return p
+
+
+def watched(w: World) -> list[Verification]:
+    with w.svc.db.session() as s:
+        rows = s.scalars(
+            select(Verification)
+            .where(Verification.watch.is_(True))
+            .order_by(Verification.created_at, Verification.id)
+        ).all()
+        for v in rows:
+            _ = list(v.jobs)
+        return list(rows)
+
+
+def test_a_push_to_main_is_measured_against_its_parent_and_becomes_a_point(w: World) -> None:
+    w.github.set_file(appkit.UPSTREAM, ".github/rsi.yml", CONFIG)
+    w.github.add_branch(appkit.UPSTREAM, "main", MERGE)
+    assert w.deliver("push", pushed(appkit.BASE_SHA, MERGE), "push-1") == 202
+    w.settle()
+    [v] = watched(w)
+    assert (v.base_sha, v.head_sha, v.task, v.pr_number) == (
+        appkit.BASE_SHA,
+        MERGE,
+        "cosyvoice3",
+        None,
+    )
+    assert v.state == "dispatched"
+    [sent] = w.github.dispatches
+    assert (sent["inputs"]["pr"], sent["inputs"]["head_sha"]) == ("0", MERGE)
+    # No PR is opened for a merge.
+    assert w.github.count("POST", r"/pulls$") == 0
+    w.finish(v.id, base_sha=appkit.BASE_SHA, head_sha=MERGE, speedup=-0.08)
+    [v] = watched(w)
+    assert v.state == "published", w.reason(v.id)
+    [run] = [r for r in w.github.check_runs.values() if r.head_sha == MERGE]
+    assert (run.name, run.status) == ("rsi/watch", "completed")
+    assert run.conclusion in ("failure", "neutral")
+    assert f"/history/{appkit.UPSTREAM}?token=" in (run.details_url or "")
+    assert w.github.count("POST", r"/issues/\d+/comments$") == 0
+    with w.svc.db.session() as s:
+        [series] = s.scalars(select(Series)).all()
+        [point] = s.scalars(select(SeriesPoint)).all()
+        assert (series.repo, series.task, series.gpu) == (appkit.UPSTREAM, "cosyvoice3", "H200")
+        assert (point.sha, point.parent_sha, point.verification_id) == (
+            MERGE,
+            appkit.BASE_SHA,
+            v.id,
+        )
+        assert point.change_pct < 0
+        assert series.detector is not None
+        assert len(series.detector["points"]) == 1
+    page = w.client.get(w.svc.history_url(appkit.UPSTREAM).split("://", 1)[1].split("/", 1)[1])
+    assert page.status_code == 200
+    assert MERGE[:10] in page.get_data(as_text=True)
+    w.github.assert_clean()
+
+
+@pytest.mark.parametrize(
+    ("config", "payload"),
+    [
+        (CONFIG, pushed(appkit.BASE_SHA, MERGE, ref="refs/heads/feature")),  # not main
+        (CONFIG, pushed(appkit.BASE_SHA, MERGE, ref="refs/tags/v1")),  # a tag
+        (CONFIG, pushed("0" * 40, MERGE)),  # main just created
+        (
+            CONFIG.replace("watch:\n  tasks: [cosyvoice3]\n", "watch: false\n"),
+            pushed(appkit.BASE_SHA, MERGE),
+        ),
+        (None, pushed(appkit.BASE_SHA, MERGE)),  # no .github/rsi.yml: not watched
+        ("gpus: [H200]\n", pushed(appkit.BASE_SHA, MERGE)),  # no task known yet
+        (CONFIG + "  gpu_minutes_per_day: 0\n", pushed(appkit.BASE_SHA, MERGE)),  # spent
+    ],
+)
+def test_pushes_the_watch_leaves_alone(
+    w: World, config: str | None, payload: dict[str, Any]
+) -> None:
+    if config is not None:
+        w.github.set_file(appkit.UPSTREAM, ".github/rsi.yml", config)
+    assert w.deliver("push", payload, "push-x") == 202
+    w.settle()
+    assert watched(w) == []
+    assert w.github.dispatches == []
+
+
+def test_a_push_while_the_last_waits_measures_the_whole_range(w: World) -> None:
+    """One verification at a time (`budget.max_running: 1`): the second push replaces
+    the first, still queued, and measures from the first push's base."""
+    config = CONFIG + "budget: {max_running: 1}\n"
+    w.github.set_file(appkit.UPSTREAM, ".github/rsi.yml", config)
+    running = w.promote()  # a PR's verification holds the repository's one slot
+    assert w.verification(running).state == "dispatched"
+    w.queue_may_wait = True  # the watch's verification waits for the slot
+    assert w.deliver("push", pushed(appkit.BASE_SHA, MERGE), "push-1") == 202
+    w.settle()
+    assert w.deliver("push", pushed(MERGE, LATER), "push-2") == 202
+    w.settle()
+    first, second = watched(w)
+    assert (first.state, first.superseded_by) == ("superseded", second.id)
+    assert (second.state, second.base_sha, second.head_sha) == ("queued", appkit.BASE_SHA, LATER)
+
+
+def test_the_watch_section_reads_as_written() -> None:
+    assert not parse("watch: false\n").config.watch.enabled
+    c = parse("watch:\n  tasks: [cosyvoice3]\n  gpus: h200\n  gpu_minutes_per_day: 60\n").config
+    assert (c.watch.tasks, c.watch.gpus, c.watch.gpu_minutes_per_day) == (
+        ["cosyvoice3"],
+        ["H200"],
+        60,
+    )
+    bad = parse("watch:\n  taskz: [x]\n")
+    assert not bad.ok
+    assert "did you mean `tasks`" in (bad.error or "")
