@@ -39,8 +39,8 @@ def join_net(libc: ctypes.CDLL, path: str) -> None:
 
 
 def mask_run(libc: ctypes.CDLL, cwd: str) -> None:
-    """A mount namespace of this process's own whose `/run` is an empty tmpfs, but for
-    `RUN_KEPT` and the folder the command runs in, bound back."""
+    """A mount namespace of this process's own whose `/run` is an empty tmpfs (with its
+    own `/run/lock`), but for `RUN_KEPT` and the folder the command runs in, bound back."""
     run = os.path.realpath("/run")
     keep = [p for p in (*RUN_KEPT, cwd) if p.startswith(run + "/") and os.path.isdir(p)]
     if libc.unshare(CLONE_NEWNS) != 0:
@@ -51,6 +51,9 @@ def mask_run(libc: ctypes.CDLL, cwd: str) -> None:
     flags = MS_NOSUID | MS_NODEV
     if libc.mount(b"tmpfs", run.encode(), b"tmpfs", flags, b"mode=755,size=1m") != 0:
         raise OSError(ctypes.get_errno(), f"masking {run} failed")
+    # Its own /run/lock, as every Linux has one: what a candidate locks there stays in it.
+    os.mkdir(run + "/lock")
+    os.chmod(run + "/lock", 0o1777)
     for path, fd in held:
         os.makedirs(path, mode=0o755, exist_ok=True)
         src = f"/proc/self/fd/{fd}".encode()
