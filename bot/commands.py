@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
-NAMES = ("reverify", "status", "cancel", "help")
+NAMES = ("reverify", "verify", "status", "cancel", "help")
 _LINE = re.compile(r"^/rsi(?:\s+(.*))?$")
 _GPU = re.compile(r"^h[0-9]{3}$")
 _SHA = re.compile(r"^[0-9a-f]{7,40}$")
@@ -117,7 +117,7 @@ def parse(text: str) -> Command | None:
     if name not in NAMES:
         return Command("help", errors=[Mistake("unknown-command", words[0][:40])])
     cmd = Command(name)
-    for arg in args if name == "reverify" else []:
+    for arg in args if name in ("reverify", "verify") else []:
         low = arg.lower()
         if _SHA.match(low) and cmd.sha is None:
             cmd.sha = low

@@ -378,6 +378,10 @@ def reverify_joined(user: str, v: Verification, told: bool) -> str:
     return _say("reverify_joined", user, v, told)
 
 
+def no_task(user: str) -> str:
+    return _say("no_task", user)
+
+
 def nothing_to_repeat(user: str) -> str:
     return _say("nothing_to_repeat", user)
 

@@ -203,6 +203,7 @@ def replies() -> str:
         messages.reverify_joined(WORDS, v, True),
         messages.reverify_joined(WORDS, v, False),
         messages.nothing_to_repeat(WORDS),
+        messages.no_task(WORDS),
         messages.status_reply(failed, WORDS, WORDS, None),
         messages.status_reply(failed, WORDS, WORDS, 0.4),
         messages.status_reply(failed, WORDS, WORDS, 2.35),

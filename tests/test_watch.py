@@ -16,6 +16,7 @@ from bot.models import Series, SeriesPoint, Verification
 from bot.repo_config import parse
 from tests import appkit
 from tests.standin import GitHubStandIn, example
+from tests.test_life_words import WRITER, comments_posted, evidence_comments, mentions, say
 from tests.worlds import World, world
 
 MERGE = "c" * 40
@@ -151,3 +152,52 @@ def test_the_watch_section_reads_as_written() -> None:
     bad = parse("watch:\n  taskz: [x]\n")
     assert not bad.ok
     assert "did you mean `tasks`" in (bad.error or "")
+
+
+# ------------------------------------------------------------------ /rsi verify on any PR
+
+
+def _someones_pr(w: World, config: str | None = CONFIG) -> int:
+    if config is not None:
+        w.github.set_file(appkit.UPSTREAM, ".github/rsi.yml", config)
+    pull = w.github.add_pull(appkit.UPSTREAM, head="octocat:faster-decode", head_sha="e" * 40)
+    return int(pull["number"])
+
+
+def test_a_writer_has_any_pr_measured_with_rsi_verify(w: World) -> None:
+    number = _someones_pr(w)
+    w.github.set_permission(appkit.UPSTREAM, WRITER, "write")
+    since = len(w.github.requests)
+    say(w, number, "/rsi verify", "c-verify")
+    v = w.latest(number)
+    assert (v.head_sha, v.task, v.state) == ("e" * 40, "cosyvoice3", "dispatched")
+    assert v.requested_by == WRITER
+    [reply] = [b for b in comments_posted(w, since) if mentions(b, WRITER)]
+    assert f"verification `{v.id}`" in reply
+    assert "is queued on H200" in reply
+    # The App attached to the PR: it opens none, and its evidence lands there.
+    assert w.github.count("POST", r"/pulls$") == 0
+    w.finish(v.id, base_sha=v.base_sha, head_sha=v.head_sha)
+    assert w.verification(v.id).state == "published", w.reason(v.id)
+    assert evidence_comments(w, number)
+    w.github.assert_clean()
+
+
+def test_rsi_verify_by_a_reader_or_with_nothing_to_measure(w: World) -> None:
+    number = _someones_pr(w, "gpus: [H200]\n")  # no task named, none measured yet
+    w.github.set_permission(appkit.UPSTREAM, "reader-rae", "read")
+    w.github.set_permission(appkit.UPSTREAM, WRITER, "write")
+    since = len(w.github.requests)
+    say(w, number, "/rsi verify", "c-reader", "reader-rae")
+    [refusal] = [b for b in comments_posted(w, since) if mentions(b, "reader-rae")]
+    assert "commands are for people with write access" in refusal
+    say(w, number, "/rsi verify", "c-writer")
+    [told] = [b for b in comments_posted(w, since) if mentions(b, WRITER)]
+    assert "nothing to measure yet" in told
+    with w.svc.db.session() as s:
+        assert s.scalars(select(Verification)).all() == []
+    # `/rsi reverify` and others on a PR the App does not track still do nothing.
+    before = len(w.github.requests)
+    say(w, number, "/rsi status", "c-status")
+    assert comments_posted(w, before) == []
+    w.github.assert_clean()

@@ -69,8 +69,14 @@ def commented(ctx: Context) -> None:
         return
     number = int(issue["number"])
     with ctx.db.session() as s:
-        if store.pull_request(s, ctx.repo, number) is None:
-            return
+        tracked = store.pull_request(s, ctx.repo, number) is not None
+    if not tracked:
+        if cmd.name == "verify":  # a PR the App did not open: a writer may have it measured
+            try:
+                _adopt(ctx, number, comment, cmd)
+            finally:
+                ctx.queue.write(ctx.repo, number)
+        return
     # One command of a PR at a time (`Busy` retries the delivery); what it says is
     # written to the PR's outbox and carried out after, however the command ended.
     try:
@@ -107,10 +113,49 @@ def _command(ctx: Context, number: int, comment: dict[str, Any], cmd: Command) -
         _say(ctx, number, messages.help_text(cmd.errors))
         return
     said = Said(comment_id, _written_at(comment), permission)
-    act = {"reverify": _reverify, "status": _status, "cancel": _cancel}[cmd.name]
+    act = {"reverify": _reverify, "verify": _reverify, "status": _status, "cancel": _cancel}[
+        cmd.name
+    ]
     reply = act(ctx, number, user, cmd, said)
     if reply is not None:
         _say(ctx, number, reply)
+
+
+def _adopt(ctx: Context, number: int, comment: dict[str, Any], cmd: Command) -> None:
+    """`/rsi verify` on a PR the App does not track: a writer's command (asked afresh:
+    it approves the head for the runners) makes it tracked and measures its head against
+    its base branch on the repository's watched task; anyone else is told who may."""
+    user, comment_id = str(comment["user"]["login"]), int(comment["id"])
+    with ctx.db.session() as s:
+        delivery = ctx.delivery_id or f"comment:{comment_id}"
+        if not approvals.claim_comment(s, ctx.repo, number, comment_id, delivery, user):
+            return
+        pull_writes.react(s, ctx.repo, number, comment_id, "eyes")
+    permission = ctx.github.permission(ctx.repo, user, max_age_s=0.0)
+    if permission not in approvals.WRITERS:
+        with ctx.db.session() as s:
+            approvals.refuse(s, ctx.repo, comment_id, permission)
+            pull_writes.comment(s, ctx.repo, number, messages.refusal(user, ctx.repo))
+        return
+    if cmd.errors:
+        _say(ctx, number, messages.help_text(cmd.errors))
+        return
+    found = ctx.svc.repo_config(ctx.repo)
+    plan = found.config.plan(gpus=cmd.gpus or None, rounds=cmd.rounds)
+    if not isinstance(plan, Plan):
+        _say(ctx, number, messages.refused(user, plan))
+        return
+    p = ctx.github.pull(ctx.repo, number)
+    facts = steps.PullFacts(
+        p.number, p.head_sha, p.head_ref, p.head_repo, p.base_ref, p.base_sha, p.html_url
+    )
+    v = steps.verify_pull(
+        ctx.svc, ctx.repo, facts, plan, config=found.config, user=user, comment_id=comment_id
+    )
+    if v is None:
+        _say(ctx, number, messages.no_task(user))
+        return
+    _say(ctx, number, messages.reverify_queued(user, v))
 
 
 def _say(ctx: Context, number: int, body: str) -> None:

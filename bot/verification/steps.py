@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from bot import observability, watch
-from bot.models import Effect, Verification, utcnow
+from bot import approvals, observability, watch
+from bot.models import Effect, PullRequest, Verification, utcnow
 from bot.repo_config import Plan, RepoConfig
 from bot.verification import machine as M
 from bot.verification import store
@@ -420,3 +421,90 @@ def watch_push(
         log.info("%s of %s: watching %s at %s", new_id, repo, branch, after[:10])
         svc.queue.start(new_id)
     return [new_id for new_id, _ in made]
+
+
+@dataclass(frozen=True)
+class PullFacts:
+    """What a PR is, as GitHub said when the command came (the fields of
+    `bot.github.api.Pull` a verification needs)."""
+
+    number: int
+    head_sha: str
+    head_ref: str
+    head_repo: str
+    base_ref: str
+    base_sha: str
+    html_url: str
+
+
+def verify_pull(
+    svc: StepPorts,
+    repo: str,
+    pull: PullFacts,
+    plan: Plan,
+    *,
+    config: RepoConfig,
+    user: str,
+    comment_id: int,
+) -> Verification | None:
+    """Track a PR the App did not open and queue a first verification of its head against
+    its base branch's tip, on the first task the repository watches (approved by `user`,
+    a writer, for the runners); None when there is no task to measure."""
+    now = utcnow()
+    with svc.db.session() as s:
+        p = watch.plan(
+            s,
+            repo,
+            config.model_copy(update={"watch": config.watch.model_copy(update={"enabled": True})}),
+        )
+        if p is None:
+            return None
+        task = p.tasks[0]
+        if store.pull_request(s, repo, pull.number) is None:
+            s.add(
+                PullRequest(
+                    repo=repo,
+                    number=pull.number,
+                    head_repo=pull.head_repo,
+                    head_ref=pull.head_ref,
+                    head_sha=pull.head_sha,
+                    base_ref=pull.base_ref,
+                    html_url=pull.html_url,
+                    opened_by_app=False,
+                )
+            )
+            s.flush()
+        approvals.record_head(s, repo, pull.number, pull.head_sha, f"read:{comment_id}", now)
+        approvals.approve(s, repo, pull.number, pull.head_sha, user)
+        new = store.create(
+            s,
+            store.NewVerification(
+                repo=repo,
+                pr_number=pull.number,
+                task=task,
+                base_sha=pull.base_sha,
+                head_sha=pull.head_sha,
+                head_repo=pull.head_repo,
+                head_ref=pull.head_ref,
+                gpus=plan.gpus,
+                rounds=plan.rounds,
+                adaptive=plan.adaptive,
+                gpu_minutes=plan.gpu_minutes,
+                modes=plan.modes,
+                candidate={
+                    "candidate_id": "pr-" + str(pull.number),
+                    "task": task,
+                    "repo": repo,
+                    "base_sha": pull.base_sha,
+                    "head": {"repo": pull.head_repo, "ref": pull.head_ref, "sha": pull.head_sha},
+                    "title": "PR #" + str(pull.number),
+                    "pull_request": pull.number,
+                },
+                trigger="/rsi verify by @" + user,
+                requested_by=user,
+            ),
+        )
+        vid = new.id
+    svc.queue.start(vid)
+    with svc.db.session() as s:
+        return store.get(s, vid)
