@@ -41,11 +41,12 @@ class Plan:
     modes: list[str]
 
 
-def plan(s: Session, repo: str, config: RepoConfig) -> Plan | None:
-    """The watch's tasks, GPU kinds and modes for `repo`; None when it is off or there is
-    no task to measure (none configured and no candidate measured yet)."""
+def plan(s: Session, repo: str, config: RepoConfig, *, even_if_off: bool = False) -> Plan | None:
+    """The watch's tasks, GPU kinds and modes for `repo`; None when it is off (unless
+    `even_if_off`: `/rsi verify` uses its tasks) or there is no task to measure (none
+    configured and no candidate measured yet)."""
     w = config.watch
-    if not w.enabled:
+    if not w.enabled and not even_if_off:
         return None
     tasks = list(w.tasks) or _known_tasks(s, repo)
     if not tasks:

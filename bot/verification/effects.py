@@ -23,7 +23,7 @@ from bot.artifacts import TooLarge as ArtifactTooLarge
 from bot.artifacts import save_to_file
 from bot.github.api import APPROVE_ACTION, CHECK_NAME, WATCH_CHECK_NAME, GitHubError, Pull
 from bot.github.client import TooLarge
-from bot.models import BaselineMeasurement, PullRequest, RunnerJob, Verification, utcnow
+from bot.models import BaselineMeasurement, RunnerJob, Verification, utcnow
 from bot.verification import machine as M
 from bot.verification import reasons as R
 from bot.verification import store
@@ -121,17 +121,16 @@ def ensure_pull_request(svc: EffectPorts, vid: str, e: M.EnsurePullRequest) -> M
         v = _load(s, vid)
         v.pr_number, v.installation_id = pull.number, iid
         if store.pull_request(s, repo, pull.number) is None:
-            s.add(
-                PullRequest(
-                    repo=repo,
-                    number=pull.number,
-                    head_repo=v.head_repo,
-                    head_ref=v.head_ref,
-                    head_sha=pull.head_sha,
-                    base_ref=pull.base_ref,
-                    html_url=pull.html_url,
-                    opened_by_app=opened,
-                )
+            store.track_pull(
+                s,
+                repo,
+                pull.number,
+                head_repo=v.head_repo,
+                head_ref=v.head_ref,
+                head_sha=pull.head_sha,
+                base_ref=pull.base_ref,
+                html_url=pull.html_url,
+                opened_by_app=opened,
             )
             # Its head is known from now: comments written earlier approve nothing.
             approvals.record_head(s, repo, pull.number, pull.head_sha, f"read:{vid}", utcnow())

@@ -18,7 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from bot import approvals, observability, watch
-from bot.models import Effect, PullRequest, Verification, utcnow
+from bot.models import Effect, Verification, utcnow
 from bot.repo_config import Plan, RepoConfig
 from bot.verification import machine as M
 from bot.verification import store
@@ -383,32 +383,20 @@ def watch_push(
                 .order_by(Verification.created_at)
             ).all()
             base = queued[0].base_sha if queued else before
-            new = store.create(
+            new = _fresh(
                 s,
-                store.NewVerification(
-                    repo=repo,
-                    task=task,
-                    base_sha=base,
-                    head_sha=after,
-                    head_repo=repo,
-                    head_ref=branch,
-                    gpus=how.gpus,
-                    rounds=how.rounds,
-                    adaptive=how.adaptive,
-                    gpu_minutes=how.gpu_minutes,
-                    modes=p.modes,
-                    candidate={
-                        "candidate_id": "watch-" + after[:12],
-                        "task": task,
-                        "repo": repo,
-                        "base_sha": base,
-                        "head": {"repo": repo, "ref": branch, "sha": after},
-                        "title": branch + " at " + after[:10],
-                    },
-                    trigger="push to " + branch,
-                    installation_id=installation_id,
-                    watch=True,
-                ),
+                repo=repo,
+                task=task,
+                base=base,
+                head=after,
+                head_repo=repo,
+                head_ref=branch,
+                plan=how,
+                modes=p.modes,
+                title=branch + " at " + after[:10],
+                trigger="push to " + branch,
+                installation_id=installation_id,
+                watch=True,
             )
             made.append((new.id, [q.id for q in queued]))
     for new_id, older in made:
@@ -452,59 +440,93 @@ def verify_pull(
     a writer, for the runners); None when there is no task to measure."""
     now = utcnow()
     with svc.db.session() as s:
-        p = watch.plan(
-            s,
-            repo,
-            config.model_copy(update={"watch": config.watch.model_copy(update={"enabled": True})}),
-        )
+        p = watch.plan(s, repo, config, even_if_off=True)
         if p is None:
             return None
         task = p.tasks[0]
-        if store.pull_request(s, repo, pull.number) is None:
-            s.add(
-                PullRequest(
-                    repo=repo,
-                    number=pull.number,
-                    head_repo=pull.head_repo,
-                    head_ref=pull.head_ref,
-                    head_sha=pull.head_sha,
-                    base_ref=pull.base_ref,
-                    html_url=pull.html_url,
-                    opened_by_app=False,
-                )
-            )
-            s.flush()
+        store.track_pull(
+            s,
+            repo,
+            pull.number,
+            head_repo=pull.head_repo,
+            head_ref=pull.head_ref,
+            head_sha=pull.head_sha,
+            base_ref=pull.base_ref,
+            html_url=pull.html_url,
+            opened_by_app=False,
+        )
         approvals.record_head(s, repo, pull.number, pull.head_sha, f"read:{comment_id}", now)
         approvals.approve(s, repo, pull.number, pull.head_sha, user)
-        new = store.create(
+        new = _fresh(
             s,
-            store.NewVerification(
-                repo=repo,
-                pr_number=pull.number,
-                task=task,
-                base_sha=pull.base_sha,
-                head_sha=pull.head_sha,
-                head_repo=pull.head_repo,
-                head_ref=pull.head_ref,
-                gpus=plan.gpus,
-                rounds=plan.rounds,
-                adaptive=plan.adaptive,
-                gpu_minutes=plan.gpu_minutes,
-                modes=plan.modes,
-                candidate={
-                    "candidate_id": "pr-" + str(pull.number),
-                    "task": task,
-                    "repo": repo,
-                    "base_sha": pull.base_sha,
-                    "head": {"repo": pull.head_repo, "ref": pull.head_ref, "sha": pull.head_sha},
-                    "title": "PR #" + str(pull.number),
-                    "pull_request": pull.number,
-                },
-                trigger="/rsi verify by @" + user,
-                requested_by=user,
-            ),
+            repo=repo,
+            task=task,
+            base=pull.base_sha,
+            head=pull.head_sha,
+            head_repo=pull.head_repo,
+            head_ref=pull.head_ref,
+            plan=plan,
+            modes=plan.modes,
+            title="PR #" + str(pull.number),
+            trigger="/rsi verify by @" + user,
+            pr_number=pull.number,
+            requested_by=user,
         )
         vid = new.id
     svc.queue.start(vid)
     with svc.db.session() as s:
         return store.get(s, vid)
+
+
+def _fresh(
+    s: Session,
+    *,
+    repo: str,
+    task: str,
+    base: str,
+    head: str,
+    head_repo: str,
+    head_ref: str,
+    plan: Plan,
+    modes: list[str],
+    title: str,
+    trigger: str,
+    pr_number: int | None = None,
+    requested_by: str | None = None,
+    installation_id: int | None = None,
+    watch: bool = False,
+) -> Verification:
+    """A verification with no candidate before it (a push to main, a PR rsi-bot did not
+    open): its candidate record is written from what is measured."""
+    candidate: dict[str, object] = {
+        "candidate_id": ("watch-" + head[:12]) if watch else "pr-" + str(pr_number),
+        "task": task,
+        "repo": repo,
+        "base_sha": base,
+        "head": {"repo": head_repo, "ref": head_ref, "sha": head},
+        "title": title,
+    }
+    if pr_number is not None:
+        candidate["pull_request"] = pr_number
+    return store.create(
+        s,
+        store.NewVerification(
+            repo=repo,
+            pr_number=pr_number,
+            task=task,
+            base_sha=base,
+            head_sha=head,
+            head_repo=head_repo,
+            head_ref=head_ref,
+            gpus=plan.gpus,
+            rounds=plan.rounds,
+            adaptive=plan.adaptive,
+            gpu_minutes=plan.gpu_minutes,
+            modes=modes,
+            candidate=candidate,
+            trigger=trigger,
+            requested_by=requested_by,
+            installation_id=installation_id,
+            watch=watch,
+        ),
+    )

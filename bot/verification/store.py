@@ -107,6 +107,36 @@ def create(s: Session, new: NewVerification) -> Verification:
     return v
 
 
+def track_pull(
+    s: Session,
+    repo: str,
+    number: int,
+    *,
+    head_repo: str,
+    head_ref: str,
+    head_sha: str,
+    base_ref: str,
+    html_url: str | None,
+    opened_by_app: bool,
+) -> None:
+    """Track PR `number` of `repo` from now on (nothing when it is tracked already)."""
+    if pull_request(s, repo, number) is not None:
+        return
+    s.add(
+        PullRequest(
+            repo=repo,
+            number=number,
+            head_repo=head_repo,
+            head_ref=head_ref,
+            head_sha=head_sha,
+            base_ref=base_ref,
+            html_url=html_url,
+            opened_by_app=opened_by_app,
+        )
+    )
+    s.flush()
+
+
 def first_step(s: Session, v: Verification, event: M.Event) -> None:
     """The first transition of a verification created in this session, written with it
     (nobody else sees it before the commit: no compare-and-set), its effects included: a
