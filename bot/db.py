@@ -8,7 +8,7 @@ PostgreSQL URLs are routed to psycopg 3. Migrations ship inside the package, so
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -64,13 +64,38 @@ def alembic_config(url: str) -> Config:
     return cfg
 
 
-def upgrade(url: str) -> None:
-    """Create or migrate the schema to the newest revision."""
+def upgrade(url: str, revision: str = "head") -> None:
+    """Create or migrate the schema to `revision` (the newest by default)."""
+    _migrate(url, lambda cfg: command.upgrade(cfg, revision))
+
+
+def downgrade(url: str, revision: str) -> None:
+    """Migrate the schema back to `revision`."""
+    _migrate(url, lambda cfg: command.downgrade(cfg, revision))
+
+
+def _migrate(url: str, run: Callable[[Config], None]) -> None:
     engine = make_engine(url)
-    with engine.begin() as conn:
-        cfg = alembic_config(url)
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, "head")
+    with engine.connect() as conn:
+        sqlite = conn.dialect.name == "sqlite"
+        if sqlite:
+            # A migration that rebuilds a table (SQLite's way to drop a column) drops the
+            # old one, which rows of other tables still reference: foreign keys are off
+            # while it runs (outside a transaction, where SQLite takes the pragma), and
+            # checked whole before they are on again.
+            conn.exec_driver_sql("PRAGMA foreign_keys=OFF")
+            conn.commit()
+        with conn.begin():
+            cfg = alembic_config(url)
+            cfg.attributes["connection"] = conn
+            run(cfg)
+            if sqlite:
+                broken = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+                if broken:
+                    raise RuntimeError(f"the migration broke references: {broken[:5]}")
+        if sqlite:
+            conn.exec_driver_sql("PRAGMA foreign_keys=ON")
+            conn.commit()
     engine.dispose()
 
 

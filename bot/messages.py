@@ -378,6 +378,10 @@ def reverify_joined(user: str, v: Verification, told: bool) -> str:
     return _say("reverify_joined", user, v, told)
 
 
+def not_measurable(user: str, state: str, head_repo: bool) -> str:
+    return _say("not_measurable", user, state, head_repo)
+
+
 def no_task(user: str) -> str:
     return _say("no_task", user)
 

@@ -314,6 +314,22 @@ class RepoConfig(BaseModel):
     def _dedupe(cls, v: list[str]) -> list[str]:
         return _unique(v)
 
+    @field_validator("watch")
+    @classmethod
+    def _watch_within_gpus(cls, v: Watch, info: ValidationInfo) -> Watch:
+        """The watch measures on GPU kinds the repository allows."""
+        allowed = info.data.get("gpus") or []
+        outside = [g for g in v.gpus or [] if g not in allowed]
+        if outside:
+            raise ValueError(
+                "`watch.gpus` names "
+                + ", ".join(outside)
+                + ", not among `gpus` ("
+                + ", ".join(allowed)
+                + ")"
+            )
+        return v
+
     @field_validator("control")
     @classmethod
     def _control_needs_pairs(cls, v: str, info: ValidationInfo) -> str:

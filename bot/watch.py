@@ -6,8 +6,10 @@ head against the commit before the push, on the tasks, GPU kinds and modes of th
 `watch:` section of `.github/rsi.yml`, with the same runner, design and evidence as a PR.
 A push that finds the watch's previous verification of a task still queued replaces it
 and measures the whole range (the newest head against the oldest base): pushes that come
-faster than the runners are batched. A day's GPU minutes are bounded: past them, a push
-is not measured, and the next one measured covers it.
+faster than the runners are batched. A push is not measured when the branch has moved on
+by the time it is handled, nor past the day's GPU minutes; it is recorded as such
+(`watch-behind`, `watch-budget`), and the next push measured covers its range. A forced
+push is not measured (the commit before it left the branch).
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from evidence.metrics import BY_NAME
 log = logging.getLogger(__name__)
 
 Z95 = 1.959964
+# End reasons of a push the watch did not measure: the next one measured covers its range.
+SKIPPED = frozenset({"watch-budget", "watch-behind"})
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,65 @@ def _known_tasks(s: Session, repo: str) -> list[str]:
         .order_by(Verification.task)
     )
     return list(rows)
+
+
+def base_for(s: Session, repo: str, task: str, before: str) -> tuple[str, list[Verification]]:
+    """The base a push's verification of `task` measures from, and the watch's queued
+    verifications it replaces: a queued one's base (the range grows), else that of a push
+    the day's budget did not cover (so the next one measured covers it), else `before`."""
+    queued = list(
+        s.scalars(
+            select(Verification)
+            .where(
+                Verification.repo == repo,
+                Verification.task == task,
+                Verification.watch.is_(True),
+                Verification.state == "queued",
+            )
+            .order_by(Verification.created_at)
+        )
+    )
+    if queued:
+        return queued[0].base_sha, queued
+    last = s.scalars(
+        select(Verification)
+        .where(
+            Verification.repo == repo,
+            Verification.task == task,
+            Verification.watch.is_(True),
+            Verification.state != "superseded",
+        )
+        .order_by(Verification.created_at.desc(), Verification.id.desc())
+        .limit(1)
+    ).first()
+    if last is not None and (last.end_reason or {}).get("code") in SKIPPED:
+        return last.base_sha, []
+    return before, []
+
+
+def covered(s: Session, repo: str, head: str) -> bool:
+    """Whether a later push is measured from `head` already (its push came first)."""
+    found = s.scalar(
+        select(Verification.id).where(
+            Verification.repo == repo,
+            Verification.base_sha == head,
+            Verification.watch.is_(True),
+        )
+    )
+    return found is not None
+
+
+def measured(s: Session, repo: str, head: str) -> bool:
+    """Whether a push of `head` is measured or being measured already (a redelivery)."""
+    found = s.scalar(
+        select(Verification.id).where(
+            Verification.repo == repo,
+            Verification.head_sha == head,
+            Verification.watch.is_(True),
+            Verification.state != "superseded",
+        )
+    )
+    return found is not None
 
 
 def minutes_today(s: Session, repo: str, now: dt.datetime) -> float:

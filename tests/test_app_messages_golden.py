@@ -66,9 +66,11 @@ CODES = (
     "head-not-tip",
     "awaiting-approval",
     "approval-stale",
+    "watch-budget",
+    "watch-behind",
 )
 NAMES = ("gpu", "conclusion", "minutes", "artifact", "user", "state", "id", "sha", "step")
-NAMES += ("tip", "branch", "head", "pusher")
+NAMES += ("tip", "branch", "head", "pusher", "spent", "budget")
 PARAMS = dict.fromkeys(NAMES, WORDS) | {"url": URL, "problem": WORDS + LONG, "error": WORDS + LONG}
 PARAMS["attempts"] = WORDS
 

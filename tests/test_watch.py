@@ -5,6 +5,8 @@ page, and its result is a point of its series."""
 from __future__ import annotations
 
 import copy
+import dataclasses
+import datetime as dt
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,15 +14,17 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from bot.models import Series, SeriesPoint, Verification
+from bot.models import Delivery, Series, SeriesPoint, Verification
 from bot.repo_config import parse
 from tests import appkit
 from tests.standin import GitHubStandIn, example
 from tests.test_life_words import WRITER, comments_posted, evidence_comments, mentions, say
+from tests.test_reviews import command
 from tests.worlds import World, world
 
 MERGE = "c" * 40
 LATER = "d" * 40
+NEXT = "f" * 40
 CONFIG = "gpus: [H200]\nrounds: 4\nmodes: [streaming]\nwatch:\n  tasks: [cosyvoice3]\n"
 
 
@@ -41,6 +45,15 @@ def pushed(before: str, after: str, ref: str = "refs/heads/main") -> dict[str, A
     p["repository"]["owner"]["login"] = appkit.UPSTREAM.split("/")[0]
     p.update(ref=ref, before=before, after=after, created=False, deleted=False)
     return p
+
+
+def push(w: World, before: str, after: str, delivery: str, **changes: Any) -> None:
+    """The branch moves to `after`, then GitHub delivers its push."""
+    w.github.add_branch(appkit.UPSTREAM, "main", after)
+    payload = pushed(before, after)
+    payload.update(changes)
+    assert w.deliver("push", payload, delivery) == 202
+    w.settle()
 
 
 def watched(w: World) -> list[Verification]:
@@ -98,6 +111,65 @@ def test_a_push_to_main_is_measured_against_its_parent_and_becomes_a_point(w: Wo
     w.github.assert_clean()
 
 
+def test_a_push_past_the_day_s_budget_is_covered_by_the_next_measured(w: World) -> None:
+    w.github.set_file(appkit.UPSTREAM, ".github/rsi.yml", CONFIG + "  gpu_minutes_per_day: 5\n")
+    push(w, appkit.BASE_SHA, MERGE, "push-1")
+    [v1] = watched(w)
+    w.finish(v1.id, base_sha=appkit.BASE_SHA, head_sha=MERGE)
+    with w.svc.db.session() as s:  # a runner's bundle records its GPU minutes
+        row = s.get(Verification, v1.id)
+        assert row is not None
+        gm = {"base": 5.0, "head": 5.0, "total": 10.0}
+        row.headline = {g: {**h, "gpu_minutes": gm} for g, h in (row.headline or {}).items()}
+    push(w, MERGE, LATER, "push-2")  # 10 of 5 minutes spent: not measured, and said so
+    skipped = watched(w)[-1]
+    assert (skipped.state, skipped.base_sha, skipped.head_sha) == ("cancelled", MERGE, LATER)
+    assert "the watch spent 10 of its 5 GPU minutes today" in w.reason(skipped.id)
+    assert len(w.github.dispatches) == 1
+    with w.svc.db.session() as s:  # a day later the budget is back
+        row = s.get(Verification, v1.id)
+        assert row is not None
+        row.created_at = row.created_at - dt.timedelta(days=2)
+    push(w, LATER, NEXT, "push-3")
+    v3 = watched(w)[-1]
+    assert (v3.base_sha, v3.head_sha, v3.state) == (MERGE, NEXT, "dispatched")
+
+
+def test_a_push_handled_after_the_next_one_measures_nothing_twice(w: World) -> None:
+    """Deliveries come in any order: push-1 (BASE to MERGE) handled after push-2 (MERGE
+    to LATER), which waits, neither replaces it nor measures a commit against itself."""
+    w.github.set_file(appkit.UPSTREAM, ".github/rsi.yml", CONFIG + "budget: {max_running: 1}\n")
+    running = w.promote()
+    assert w.verification(running).state == "dispatched"
+    w.queue_may_wait = True
+    push(w, MERGE, LATER, "push-2")
+    assert w.deliver("push", pushed(appkit.BASE_SHA, MERGE), "push-1") == 202  # late
+    w.settle()
+    [v] = watched(w)
+    assert (v.state, v.base_sha, v.head_sha) == ("queued", MERGE, LATER)
+
+
+def test_a_push_handled_once_main_moved_on_leaves_its_range_to_the_next(w: World) -> None:
+    w.github.set_file(appkit.UPSTREAM, ".github/rsi.yml", CONFIG + "budget: {max_running: 1}\n")
+    running = w.promote()
+    assert w.verification(running).state == "dispatched"
+    w.queue_may_wait = True
+    w.github.add_branch(appkit.UPSTREAM, "main", LATER)  # two merges in a second
+    assert w.deliver("push", pushed(appkit.BASE_SHA, MERGE), "push-1") == 202
+    w.settle()
+    [behind] = watched(w)
+    assert (behind.state, behind.head_sha) == ("cancelled", MERGE)
+    assert "was pushed after it" in w.reason(behind.id)
+    assert w.deliver("push", pushed(MERGE, LATER), "push-2") == 202
+    w.settle()
+    v = watched(w)[-1]
+    assert (v.state, v.base_sha, v.head_sha) == ("queued", appkit.BASE_SHA, LATER)
+    # The same push delivered again measures nothing more.
+    assert w.deliver("push", pushed(MERGE, LATER), "push-2-again") == 202
+    w.settle()
+    assert len(watched(w)) == 2
+
+
 @pytest.mark.parametrize(
     ("config", "payload"),
     [
@@ -110,7 +182,9 @@ def test_a_push_to_main_is_measured_against_its_parent_and_becomes_a_point(w: Wo
         ),
         (None, pushed(appkit.BASE_SHA, MERGE)),  # no .github/rsi.yml: not watched
         ("gpus: [H200]\n", pushed(appkit.BASE_SHA, MERGE)),  # no task known yet
-        (CONFIG + "  gpu_minutes_per_day: 0\n", pushed(appkit.BASE_SHA, MERGE)),  # spent
+        (CONFIG, {**pushed(LATER, MERGE), "forced": True}),  # LATER left main: no parent
+        (CONFIG + "  gpus: [H100]\n", pushed(appkit.BASE_SHA, MERGE)),  # not among gpus
+        ("gpus: [H200]\nwatch: false\nrounds: banana\n", pushed(appkit.BASE_SHA, MERGE)),
     ],
 )
 def test_pushes_the_watch_leaves_alone(
@@ -118,10 +192,18 @@ def test_pushes_the_watch_leaves_alone(
 ) -> None:
     if config is not None:
         w.github.set_file(appkit.UPSTREAM, ".github/rsi.yml", config)
+        if "banana" in config:  # a file with a mistake: its `watch: false` must still hold
+            w.promote()
+            w.github.dispatches.clear()
+    w.github.add_branch(appkit.UPSTREAM, "main", MERGE)
     assert w.deliver("push", payload, "push-x") == 202
     w.settle()
     assert watched(w) == []
     assert w.github.dispatches == []
+    with w.svc.db.session() as s:
+        d = s.get(Delivery, "push-x")
+        assert d is not None
+        assert d.status == "done", d.error
 
 
 def test_a_push_while_the_last_waits_measures_the_whole_range(w: World) -> None:
@@ -132,9 +214,8 @@ def test_a_push_while_the_last_waits_measures_the_whole_range(w: World) -> None:
     running = w.promote()  # a PR's verification holds the repository's one slot
     assert w.verification(running).state == "dispatched"
     w.queue_may_wait = True  # the watch's verification waits for the slot
-    assert w.deliver("push", pushed(appkit.BASE_SHA, MERGE), "push-1") == 202
-    w.settle()
-    assert w.deliver("push", pushed(MERGE, LATER), "push-2") == 202
+    push(w, appkit.BASE_SHA, MERGE, "push-1")
+    push(w, MERGE, LATER, "push-2")
     w.settle()
     first, second = watched(w)
     assert (first.state, first.superseded_by) == ("superseded", second.id)
@@ -152,6 +233,8 @@ def test_the_watch_section_reads_as_written() -> None:
     bad = parse("watch:\n  taskz: [x]\n")
     assert not bad.ok
     assert "did you mean `tasks`" in (bad.error or "")
+    outside = parse("gpus: [H200]\nwatch:\n  gpus: [H100]\n")
+    assert "`watch.gpus` names H100, not among `gpus` (H200)" in (outside.error or "")
 
 
 # ------------------------------------------------------------------ /rsi verify on any PR
@@ -196,8 +279,77 @@ def test_rsi_verify_by_a_reader_or_with_nothing_to_measure(w: World) -> None:
     assert "nothing to measure yet" in told
     with w.svc.db.session() as s:
         assert s.scalars(select(Verification)).all() == []
-    # `/rsi reverify` and others on a PR the App does not track still do nothing.
+    # The writer's command tracks the PR all the same: `/rsi status` answers now.
     before = len(w.github.requests)
     say(w, number, "/rsi status", "c-status")
+    [status] = comments_posted(w, before)
+    assert "nothing has been verified on this PR yet" in status
+    # On a PR nobody had tracked, other commands still cost nothing.
+    other = _someones_pr(w, None)
+    before = len(w.github.requests)
+    say(w, other, "/rsi status", "c-status-2")
     assert comments_posted(w, before) == []
     w.github.assert_clean()
+
+
+def test_rsi_verify_measures_nothing_on_a_closed_pr_or_one_whose_fork_is_gone(
+    w: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    number = _someones_pr(w)
+    w.github.set_permission(appkit.UPSTREAM, WRITER, "write")
+    w.github.pulls[appkit.UPSTREAM.lower()][number].state = "closed"
+    since = len(w.github.requests)
+    say(w, number, "/rsi verify", "c-closed")
+    [told] = [b for b in comments_posted(w, since) if mentions(b, WRITER)]
+    assert "nothing to measure: this PR is closed" in told
+    w.github.pulls[appkit.UPSTREAM.lower()][number].state = "open"
+    real = w.svc.github.pull
+
+    def gone(repo: str, n: int, max_age_s: float = 0.0) -> Any:
+        return dataclasses.replace(real(repo, n, max_age_s), head_repo="")  # head.repo: null
+
+    monkeypatch.setattr(w.svc.github, "pull", gone)
+    since = len(w.github.requests)
+    say(w, number, "/rsi verify", "c-gone")
+    [told] = [b for b in comments_posted(w, since) if mentions(b, WRITER)]
+    assert "the repository of this PR's head is gone" in told
+    assert w.github.dispatches == []
+    w.github.assert_clean()
+
+
+def test_a_refused_reader_is_told_once_an_hour_on_a_pr_rsi_bot_did_not_open(w: World) -> None:
+    number = _someones_pr(w)
+    w.github.set_permission(appkit.UPSTREAM, "reader-rae", "read")
+    since = len(w.github.requests)
+    for i in range(3):
+        say(w, number, "/rsi verify", f"c-r{i}", "reader-rae")
+    refusals = [b for b in comments_posted(w, since) if mentions(b, "reader-rae")]
+    lookups = w.github.count("GET", r"/collaborators/reader-rae/permission$")
+    assert (len(refusals), lookups) == (1, 1)
+
+
+def test_two_rsi_verify_at_once_measure_once_and_both_are_answered(
+    tmp_path: Path, github: GitHubStandIn
+) -> None:
+    """Both read the PR untracked and raced to track it: the second insert was a bug to
+    the delivery (failed, its author never answered). Now the PR is tracked once, the
+    commands take turns on its lease, and the second joins the first's measurement."""
+    with world("deployed", tmp_path, github) as w:
+        number = _someones_pr(w)
+        w.github.set_permission(appkit.UPSTREAM, WRITER, "write")
+        w.github.set_permission(appkit.UPSTREAM, "other-olga", "write")
+        a = command(w.github, number, "/rsi verify", WRITER)
+        b = command(w.github, number, "/rsi verify", "other-olga")
+        w.at_once(
+            lambda: w.deliver("issue_comment", a, "c-a"),
+            lambda: w.deliver("issue_comment", b, "c-b"),
+        )
+        w.settle()
+        with w.svc.db.session() as s:
+            states = [d.status for d in s.scalars(select(Delivery))]
+            made = s.scalars(select(Verification)).all()
+        assert states.count("failed") == 0, states
+        assert len(made) == 1
+        said = comments_posted(w, 0)
+        assert any(mentions(c, WRITER) for c in said)
+        assert any(mentions(c, "other-olga") for c in said)

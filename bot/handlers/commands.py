@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from contextlib import nullcontext
 from dataclasses import dataclass
 from statistics import median
 from typing import Any
@@ -24,6 +25,7 @@ from sqlalchemy import select
 
 from bot import approvals, messages, pull_writes
 from bot.commands import Command, parse
+from bot.github.api import Pull
 from bot.handlers.context import Context
 from bot.handlers.registry import on
 from bot.models import RunnerJob, Verification, utcnow
@@ -124,38 +126,61 @@ def _command(ctx: Context, number: int, comment: dict[str, Any], cmd: Command) -
 def _adopt(ctx: Context, number: int, comment: dict[str, Any], cmd: Command) -> None:
     """`/rsi verify` on a PR the App does not track: a writer's command (asked afresh:
     it approves the head for the runners) makes it tracked and measures its head against
-    its base branch on the repository's watched task; anyone else is told who may."""
+    its base branch on the repository's watched task; anyone else is told who may, once
+    an hour. Two such commands at once take turns on the PR's lease: one measures, the
+    other joins it."""
     user, comment_id = str(comment["user"]["login"]), int(comment["id"])
     with ctx.db.session() as s:
-        delivery = ctx.delivery_id or f"comment:{comment_id}"
-        if not approvals.claim_comment(s, ctx.repo, number, comment_id, delivery, user):
-            return
-        pull_writes.react(s, ctx.repo, number, comment_id, "eyes")
+        if approvals.recently_refused(s, ctx.repo, number, user):
+            return  # refused within the hour: no lookup, reaction or reply this time
     permission = ctx.github.permission(ctx.repo, user, max_age_s=0.0)
-    if permission not in approvals.WRITERS:
+    writer = permission in approvals.WRITERS
+    p = ctx.github.pull(ctx.repo, number) if writer else None
+    facts = None
+    if p is not None and p.state == "open" and p.head_repo:
+        facts = steps.PullFacts(
+            p.number, p.head_sha, p.head_ref, p.head_repo, p.base_ref, p.base_sha, p.html_url
+        )
+        steps.track_pull(ctx.svc, ctx.repo, facts)
+    with ctx.pull_lease(number) if facts is not None else nullcontext():
         with ctx.db.session() as s:
-            approvals.refuse(s, ctx.repo, comment_id, permission)
-            pull_writes.comment(s, ctx.repo, number, messages.refusal(user, ctx.repo))
-        return
+            delivery = ctx.delivery_id or f"comment:{comment_id}"
+            if not approvals.claim_comment(s, ctx.repo, number, comment_id, delivery, user):
+                return
+            pull_writes.react(s, ctx.repo, number, comment_id, "eyes")
+            if not writer:
+                approvals.refuse(s, ctx.repo, comment_id, permission)
+                pull_writes.comment(s, ctx.repo, number, messages.refusal(user, ctx.repo))
+                return
+        _say(ctx, number, _verify_pull(ctx, user, comment_id, cmd, p, facts))
+
+
+def _verify_pull(
+    ctx: Context,
+    user: str,
+    comment_id: int,
+    cmd: Command,
+    pull: Pull | None,
+    facts: steps.PullFacts | None,
+) -> str:
+    """The measurement a writer's `/rsi verify` asked for, queued or joined; the reply."""
     if cmd.errors:
-        _say(ctx, number, messages.help_text(cmd.errors))
-        return
+        return messages.help_text(cmd.errors)
+    if pull is None or facts is None:
+        return messages.not_measurable(
+            user, pull.state if pull else "gone", bool(pull and pull.head_repo)
+        )
     found = ctx.svc.repo_config(ctx.repo)
     plan = found.config.plan(gpus=cmd.gpus or None, rounds=cmd.rounds)
     if not isinstance(plan, Plan):
-        _say(ctx, number, messages.refused(user, plan))
-        return
-    p = ctx.github.pull(ctx.repo, number)
-    facts = steps.PullFacts(
-        p.number, p.head_sha, p.head_ref, p.head_repo, p.base_ref, p.base_sha, p.html_url
-    )
-    v = steps.verify_pull(
+        return messages.refused(user, plan)
+    got = steps.verify_pull(
         ctx.svc, ctx.repo, facts, plan, config=found.config, user=user, comment_id=comment_id
     )
-    if v is None:
-        _say(ctx, number, messages.no_task(user))
-        return
-    _say(ctx, number, messages.reverify_queued(user, v))
+    if got is None:
+        return messages.no_task(user)
+    v, joined = got
+    return messages.reverify_joined(user, v, True) if joined else messages.reverify_queued(user, v)
 
 
 def _say(ctx: Context, number: int, body: str) -> None:

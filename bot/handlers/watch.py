@@ -1,12 +1,17 @@
 """`push` to a repository's default branch: the watch measures it against the commit
-before it (`bot.watch`), when the repository has a `.github/rsi.yml`."""
+before it (`bot.watch`), when the repository has a valid `.github/rsi.yml`. A forced push
+is not measured (the commit before it is no longer the branch's); one handled after the
+branch moved on is recorded unmeasured, its range left to the next (`bot.watch`)."""
 
 from __future__ import annotations
+
+import logging
 
 from bot.handlers.context import Context
 from bot.handlers.registry import on
 from bot.verification import steps
 
+log = logging.getLogger(__name__)
 ZERO = "0" * 40
 
 
@@ -23,6 +28,12 @@ def pushed(ctx: Context) -> None:
     found = ctx.svc.repo_config(ctx.repo)
     if not found.found:
         return  # the watch needs the repository to have chosen rsi-bot's settings
+    if not found.ok:
+        log.warning("%s: push to %s not watched: .github/rsi.yml has problems", ctx.repo, branch)
+        return  # its `watch:` may say false: nothing runs on a file that cannot be read
+    if p.get("forced"):
+        log.info("%s: forced push to %s not watched", ctx.repo, branch)
+        return
     installation = (p.get("installation") or {}).get("id")
     steps.watch_push(
         ctx.svc,
@@ -30,6 +41,7 @@ def pushed(ctx: Context) -> None:
         before=before,
         after=after,
         branch=branch,
+        tip=ctx.github.branch_sha(ctx.repo, branch),  # a push handled late is not the tip
         config=found.config,
         installation_id=installation if isinstance(installation, int) else None,
     )

@@ -26,6 +26,8 @@ STEP_FAILED = "step-failed"  # {step, error, attempts}
 HEAD_NOT_TIP = "head-not-tip"  # {sha, tip, branch}: the PR shows `tip`, not the promoted `sha`
 AWAITING_APPROVAL = "awaiting-approval"  # {sha, pusher}: why it waits (no end)
 APPROVAL_STALE = "approval-stale"  # {sha, head}: a press of Approve and verify on an old head
+WATCH_BUDGET = "watch-budget"  # {spent, budget}: a push to main the day's GPU minutes did not cover
+WATCH_BEHIND = "watch-behind"  # {tip}: a push to main already followed by another (`tip`)
 
 CODES = frozenset(
     {
@@ -44,6 +46,8 @@ CODES = frozenset(
         HEAD_NOT_TIP,
         AWAITING_APPROVAL,
         APPROVAL_STALE,
+        WATCH_BUDGET,
+        WATCH_BEHIND,
     }
 )
 

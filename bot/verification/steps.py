@@ -15,14 +15,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from bot import approvals, observability, watch
 from bot.models import Effect, Verification, utcnow
 from bot.repo_config import Plan, RepoConfig
 from bot.verification import machine as M
+from bot.verification import reasons as R
 from bot.verification import store
 from bot.verification.effects import EXECUTORS, Outcome, find_run
+from bot.verification.reasons import Reason
 
 if TYPE_CHECKING:
     from bot.verification.ports import StepPorts
@@ -345,6 +348,7 @@ def watch_push(
     before: str,
     after: str,
     branch: str,
+    tip: str,
     config: RepoConfig,
     installation_id: int | None = None,
 ) -> list[str]:
@@ -357,32 +361,28 @@ def watch_push(
         if p is None:
             log.info("%s: push to %s not watched (off, or no task to measure)", repo, branch)
             return []
-        spent = watch.minutes_today(s, repo, now)
-        if spent >= config.watch.gpu_minutes_per_day:
-            log.warning(
-                "%s: push of %s not measured: the watch spent %.0f of its %.0f GPU minutes "
-                "today; the next push measured covers it",
-                repo,
-                after[:10],
-                spent,
-                config.watch.gpu_minutes_per_day,
-            )
+        if watch.measured(s, repo, after):
+            log.info("%s: push of %s is watched already", repo, after[:10])
             return []
         how = config.plan(gpus=p.gpus)
-        assert isinstance(how, Plan)  # the watch's GPU kinds are the configuration's own
+        if not isinstance(how, Plan):
+            log.warning("%s: push of %s not watched: %s", repo, after[:10], how)
+            return []
+        spent = watch.minutes_today(s, repo, now)
+        skip: Reason | None = None
+        if tip != after:  # the branch moved on: the push after this one covers its range
+            if watch.covered(s, repo, after):
+                return []
+            skip = Reason(R.WATCH_BEHIND, {"tip": tip})
+        elif spent >= config.watch.gpu_minutes_per_day:
+            skip = Reason(
+                R.WATCH_BUDGET,
+                {"spent": f"{spent:.0f}", "budget": f"{config.watch.gpu_minutes_per_day:g}"},
+            )
         made: list[tuple[str, list[str]]] = []
+        skipped: list[str] = []
         for task in p.tasks:
-            queued = s.scalars(
-                select(Verification)
-                .where(
-                    Verification.repo == repo,
-                    Verification.task == task,
-                    Verification.watch.is_(True),
-                    Verification.state == M.State.QUEUED.value,
-                )
-                .order_by(Verification.created_at)
-            ).all()
-            base = queued[0].base_sha if queued else before
+            base, queued = watch.base_for(s, repo, task, before)
             new = _fresh(
                 s,
                 repo=repo,
@@ -398,7 +398,15 @@ def watch_push(
                 installation_id=installation_id,
                 watch=True,
             )
+            if skip is not None:
+                # Not measured, and said so: the next push measured starts from its base.
+                store.first_step(s, new, M.Cancel(skip))
+                log.warning("%s: push of %s not measured: %s", repo, after[:10], skip.code)
+                skipped.append(new.id)
+                continue
             made.append((new.id, [q.id for q in queued]))
+    for vid in skipped:
+        svc.queue.drain(vid)
     for new_id, older in made:
 
         def mark(s: Session, old: Verification, by: str = new_id) -> None:
@@ -425,6 +433,26 @@ class PullFacts:
     html_url: str
 
 
+def track_pull(svc: StepPorts, repo: str, pull: PullFacts) -> None:
+    """Track a PR rsi-bot did not open (nothing when it is tracked: two commands racing
+    to track it both find it tracked)."""
+    try:
+        with svc.db.session() as s:
+            store.track_pull(
+                s,
+                repo,
+                pull.number,
+                head_repo=pull.head_repo,
+                head_ref=pull.head_ref,
+                head_sha=pull.head_sha,
+                base_ref=pull.base_ref,
+                html_url=pull.html_url,
+                opened_by_app=False,
+            )
+    except IntegrityError:
+        log.info("%s#%s: tracked meanwhile by another command", repo, pull.number)
+
+
 def verify_pull(
     svc: StepPorts,
     repo: str,
@@ -434,27 +462,29 @@ def verify_pull(
     config: RepoConfig,
     user: str,
     comment_id: int,
-) -> Verification | None:
-    """Track a PR the App did not open and queue a first verification of its head against
-    its base branch's tip, on the first task the repository watches (approved by `user`,
-    a writer, for the runners); None when there is no task to measure."""
+) -> tuple[Verification, bool] | None:
+    """Queue a verification of a tracked PR's head against its base branch's tip, on the
+    first task the repository watches (approved by `user`, a writer, for the runners), or
+    join the one of that head under way; (it, whether joined), or None when there is no
+    task to measure. The caller holds the PR's lease."""
     now = utcnow()
     with svc.db.session() as s:
         p = watch.plan(s, repo, config, even_if_off=True)
         if p is None:
             return None
         task = p.tasks[0]
-        store.track_pull(
-            s,
-            repo,
-            pull.number,
-            head_repo=pull.head_repo,
-            head_ref=pull.head_ref,
-            head_sha=pull.head_sha,
-            base_ref=pull.base_ref,
-            html_url=pull.html_url,
-            opened_by_app=False,
-        )
+        for v in store.active(s, repo, pull.number):
+            if v.head_sha == pull.head_sha:
+                joined = v.id
+                break
+        else:
+            joined = None
+    if joined is not None:
+        apply(svc, joined, M.AlsoAsked(user))
+        with svc.db.session() as s:
+            found = store.get(s, joined)
+            return (found, True) if found is not None else None
+    with svc.db.session() as s:
         approvals.record_head(s, repo, pull.number, pull.head_sha, f"read:{comment_id}", now)
         approvals.approve(s, repo, pull.number, pull.head_sha, user)
         new = _fresh(
@@ -475,7 +505,8 @@ def verify_pull(
         vid = new.id
     svc.queue.start(vid)
     with svc.db.session() as s:
-        return store.get(s, vid)
+        made = store.get(s, vid)
+        return (made, False) if made is not None else None
 
 
 def _fresh(

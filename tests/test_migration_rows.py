@@ -1,0 +1,60 @@
+"""Migrations keep the rows they find: a verification and its runner job written at 0010
+survive the upgrade to the newest schema and a downgrade back (SQLite with foreign keys
+on, as `bot.db` opens it, rebuilds a table to drop a column)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy import text
+
+from bot.db import downgrade, make_engine, upgrade
+from tests.services import postgres_database
+
+VERIFICATION = (
+    "INSERT INTO verifications (id, repo, pr_number, task, base_sha, head_sha, head_repo,"
+    " head_ref, gpus, rounds, modes, candidate, candidate_id, trigger, state, version,"
+    " attempts, created_at, updated_at, held_for_approval, adaptive) VALUES ('v-1', 'o/r', 1,"
+    " 't', 'a', 'b', 'o/r', 'x', '[\"H200\"]', 4, '[\"streaming\"]', '{}', 'c', 'intake',"
+    " 'published', 1, 0, '2026-01-01', '2026-01-01', false, false)"
+)
+JOB = "INSERT INTO runner_jobs (verification_id, gpu, state) VALUES ('v-1', 'H200', 'kept')"
+
+
+def _counts(url: str) -> tuple[int, int]:
+    engine = make_engine(url)
+    with engine.connect() as conn:
+        got = (
+            int(conn.execute(text("SELECT count(*) FROM verifications")).scalar() or 0),
+            int(conn.execute(text("SELECT count(*) FROM runner_jobs")).scalar() or 0),
+        )
+    engine.dispose()
+    return got
+
+
+def _keeps_rows(url: str) -> None:
+    upgrade(url, "0010")
+    engine = make_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text(VERIFICATION))
+        conn.execute(text(JOB))
+    engine.dispose()
+    upgrade(url)
+    assert _counts(url) == (1, 1)
+    engine = make_engine(url)
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT watch FROM verifications")).scalar() in (0, False)
+    engine.dispose()
+    downgrade(url, "0010")
+    assert _counts(url) == (1, 1)
+    upgrade(url)
+    assert _counts(url) == (1, 1)
+
+
+def test_the_newest_migrations_keep_rows_on_sqlite(tmp_path: Path) -> None:
+    _keeps_rows(f"sqlite:///{tmp_path}/rows.db")
+
+
+def test_the_newest_migrations_keep_rows_on_postgresql() -> None:
+    with postgres_database() as url:
+        _keeps_rows(url)
