@@ -164,8 +164,9 @@ def test_one_ledger_row_per_commit_and_old_rows_fold() -> None:
         messages.LedgerRow(sha=f"{i:010x}" + "0" * 30, when="2026-12-01 10:00", trigger=f"push {i}")
         for i in range(400)
     ]
+    measured = {"delta_pct": 1.0, "ci_low_pct": 0.5, "ci_high_pct": 1.5, "verdict": "improved"}
     for r in rows:
-        r.cells = {"H100": "+1.0% [+0.5%, +1.5%] improved", "H200": "—"}
+        r.cells = {"H100": messages.Cell(headline=measured), "H200": messages.Cell()}
     text = messages.ledger(rows, budget=8_000)
     assert len(text) <= 8_000
     assert "earlier commits not shown" in text
