@@ -212,6 +212,8 @@ def test_a_reason_for_every_code_renders() -> None:
         "step": "Ingest",
         "error": "e",
         "attempts": 3,
+        "spent": "250",
+        "budget": "240",
     }
     for code in sorted(R.CODES):
         text = messages.reason(Reason(code, params))
