@@ -108,15 +108,22 @@ def add_point(s: Session, key: SeriesKey, point: NewPoint, now: dt.datetime) -> 
     """Record a measured merge in its series (opened or switched as `open_series` says);
     the same merge and verification recorded again is the row already there."""
     series = open_series(s, key, now)
-    existing = s.scalar(
+    return point_of(s, series, point.sha, point.verification_id) or add_to(s, series, point, now)
+
+
+def point_of(s: Session, series: Series, sha: str, verification_id: str) -> SeriesPoint | None:
+    """The point of `sha` measured by `verification_id` in `series`, if recorded."""
+    return s.scalar(
         select(SeriesPoint).where(
             SeriesPoint.series_id == series.id,
-            SeriesPoint.sha == point.sha,
-            SeriesPoint.verification_id == point.verification_id,
+            SeriesPoint.sha == sha,
+            SeriesPoint.verification_id == verification_id,
         )
     )
-    if existing is not None:
-        return existing
+
+
+def add_to(s: Session, series: Series, point: NewPoint, now: dt.datetime) -> SeriesPoint:
+    """A new point of `series` (the caller checked it is not there: `point_of`)."""
     row = SeriesPoint(series_id=series.id, measured_at=now, **point.__dict__)
     s.add(row)
     s.flush()

@@ -23,8 +23,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from bot.history import NewPoint, SeriesKey, add_point, open_series
-from bot.models import Verification
+from bot.history import NewPoint, SeriesKey, add_to, open_series, point_of
+from bot.models import Series, Verification
 from bot.repo_config import RepoConfig
 from evidence.changes import ChangePolicy, DetectorState, Point, update
 from evidence.metrics import BY_NAME
@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 Z95 = 1.959964
 # End reasons of a push the watch did not measure: the next one measured covers its range.
 SKIPPED = frozenset({"watch-budget", "watch-behind"})
+# States whose runners may still spend GPU minutes, and ends that came after they did.
+HOLDING = frozenset({"queued", "dispatched", "running", "ingesting"})
+ENDED_AFTER_DISPATCH = frozenset({"failed", "timed-out", "cancelled"})
 
 
 @dataclass(frozen=True)
@@ -128,23 +131,39 @@ def measured(s: Session, repo: str, head: str) -> bool:
 
 
 def minutes_today(s: Session, repo: str, now: dt.datetime) -> float:
-    """GPU minutes the watch of `repo` spent in the last day (every GPU kind, both sides
-    and start-ups, as the bundles recorded them)."""
+    """GPU minutes the watch of `repo` spent or holds in the last day, every GPU kind, both
+    sides and start-ups: as the bundles recorded them for a published verification; the
+    most it may spend (its cap, else what the last measured one spent) for one under way
+    or one that ended after dispatch without a bundle (its runners ran all the same)."""
     since = now - dt.timedelta(days=1)
     rows = s.scalars(
-        select(Verification.headline).where(
+        select(Verification)
+        .where(
             Verification.repo == repo,
             Verification.watch.is_(True),
             Verification.created_at >= since,
         )
+        .order_by(Verification.created_at)
     )
-    total = 0.0
-    for headline in rows:
-        for h in (headline or {}).values():
-            m = (h or {}).get("gpu_minutes") or {}
-            if isinstance(m.get("total"), int | float):
-                total += float(m["total"])
+    total, last = 0.0, 0.0
+    for v in rows:
+        spent = _recorded_minutes(v.headline)
+        if spent is not None:
+            total, last = total + spent, spent
+        elif v.state in HOLDING or (v.state in ENDED_AFTER_DISPATCH and v.dispatched_at):
+            cap = v.gpu_budget_minutes
+            total += cap * len(v.gpus or []) if cap is not None else last
     return total
+
+
+def _recorded_minutes(headline: dict[str, Any] | None) -> float | None:
+    found = [
+        float(m["total"])
+        for h in (headline or {}).values()
+        if isinstance(m := (h or {}).get("gpu_minutes") or {}, dict)
+        and isinstance(m.get("total"), int | float)
+    ]
+    return sum(found) if found else None
 
 
 def record(s: Session, v: Verification, doc: dict[str, Any], now: dt.datetime) -> int:
@@ -168,7 +187,10 @@ def record(s: Session, v: Verification, doc: dict[str, Any], now: dt.datetime) -
             metric=str(h.get("metric") or ""),
         )
         pairs = int(g.get("rounds_per_side") or 0)
-        alarm = _detect(s, key, v.head_sha, h, pairs, now)
+        series = open_series(s, key, now)
+        if point_of(s, series, v.head_sha, v.id) is not None:
+            continue  # recorded (and fed to the detector) by an earlier try of this effect
+        alarm = _detect(series, key, v.head_sha, h, pairs)
         point = NewPoint(
             sha=v.head_sha,
             parent_sha=v.base_sha,
@@ -181,18 +203,15 @@ def record(s: Session, v: Verification, doc: dict[str, Any], now: dt.datetime) -
             bundle_key=bundles.get(str(gpu)),
             change_point=alarm,
         )
-        add_point(s, key, point, now)
+        add_to(s, series, point, now)
         added += 1
     return added
 
 
-def _detect(
-    s: Session, key: SeriesKey, sha: str, h: dict[str, Any], pairs: int, now: dt.datetime
-) -> str | None:
+def _detect(series: Series, key: SeriesKey, sha: str, h: dict[str, Any], pairs: int) -> str | None:
     """Feed the point to its series' detector (kept with the series); the side of the
     alarm it raised, if any. Its estimate is log(head/parent) oriented so that higher is
     better, its standard error read off the 95% interval."""
-    series = open_series(s, key, now)
     state = DetectorState.from_record(series.detector) if series.detector else DetectorState()
     sign = -1.0 if (m := BY_NAME.get(key.metric)) is not None and m.better == "lower" else 1.0
     delta, lo, hi = _num(h.get("delta_pct")), _num(h.get("ci_low_pct")), _num(h.get("ci_high_pct"))

@@ -15,7 +15,10 @@ import pytest
 from sqlalchemy import select
 
 from bot.models import Delivery, Series, SeriesPoint, Verification
+from bot import watch
 from bot.repo_config import parse
+from bot.verification import effects
+from bot.verification import machine as M
 from tests import appkit
 from tests.standin import GitHubStandIn, example
 from tests.test_life_words import WRITER, comments_posted, evidence_comments, mentions, say
@@ -108,6 +111,14 @@ def test_a_push_to_main_is_measured_against_its_parent_and_becomes_a_point(w: Wo
     page = w.client.get(w.svc.history_url(appkit.UPSTREAM).split("://", 1)[1].split("/", 1)[1])
     assert page.status_code == 200
     assert MERGE[:10] in page.get_data(as_text=True)
+    # The effect run again (a worker died after it, before its step was written down):
+    # the point is not added, nor fed to the detector, twice.
+    effects.record_history(w.svc, v.id, M.RecordHistory())
+    with w.svc.db.session() as s:
+        assert len(s.scalars(select(SeriesPoint)).all()) == 1
+        [series] = s.scalars(select(Series)).all()
+        assert series.detector is not None
+        assert len(series.detector["points"]) == 1
     w.github.assert_clean()
 
 
@@ -133,6 +144,32 @@ def test_a_push_past_the_day_s_budget_is_covered_by_the_next_measured(w: World) 
     push(w, LATER, NEXT, "push-3")
     v3 = watched(w)[-1]
     assert (v3.base_sha, v3.head_sha, v3.state) == (MERGE, NEXT, "dispatched")
+
+
+def test_the_day_s_budget_holds_what_runs_and_what_failed_after_dispatch(w: World) -> None:
+    """Minutes are counted before the bundles come: a verification under way holds its
+    cap, and one that failed after its runners started still spent it."""
+    config = CONFIG.replace("rounds: 4", "rounds: auto\nbudget:\n  gpu_minutes: 20")
+    config += "  gpu_minutes_per_day: 30\n"
+    w.github.set_file(appkit.UPSTREAM, ".github/rsi.yml", config)
+    push(w, appkit.BASE_SHA, MERGE, "push-1")
+    [v1] = watched(w)
+    assert v1.state == "dispatched"
+    with w.svc.db.session() as s:
+        assert watch.minutes_today(s, appkit.UPSTREAM, dt.datetime.now(dt.UTC)) == 20
+    w.complete(v1.id, "H200", "failure")
+    w.settle()
+    with w.svc.db.session() as s:
+        row = s.get(Verification, v1.id)
+        assert row is not None and row.state in ("failed", "timed-out")
+        assert watch.minutes_today(s, appkit.UPSTREAM, dt.datetime.now(dt.UTC)) == 20
+    push(w, MERGE, LATER, "push-2")  # 20 held + this one's 20 would pass 30: it still runs
+    v2 = watched(w)[-1]
+    assert v2.state == "dispatched"
+    push(w, LATER, NEXT, "push-3")  # 40 held: not measured
+    v3 = watched(w)[-1]
+    assert v3.state == "cancelled"
+    assert "the watch spent 40 of its 30 GPU minutes today" in w.reason(v3.id)
 
 
 def test_a_push_handled_after_the_next_one_measures_nothing_twice(w: World) -> None:
