@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from bot.models import Delivery, Series, SeriesPoint, Verification
 from bot import watch
+from bot.models import Delivery, Series, SeriesPoint, Verification
 from bot.repo_config import parse
 from bot.verification import effects
 from bot.verification import machine as M
@@ -161,7 +161,8 @@ def test_the_day_s_budget_holds_what_runs_and_what_failed_after_dispatch(w: Worl
     w.settle()
     with w.svc.db.session() as s:
         row = s.get(Verification, v1.id)
-        assert row is not None and row.state in ("failed", "timed-out")
+        assert row is not None
+        assert row.state in ("failed", "timed-out")
         assert watch.minutes_today(s, appkit.UPSTREAM, dt.datetime.now(dt.UTC)) == 20
     push(w, MERGE, LATER, "push-2")  # 20 held + this one's 20 would pass 30: it still runs
     v2 = watched(w)[-1]
