@@ -408,3 +408,25 @@ def nothing_running(user: str) -> str:
 
 def cancelled(user: str, ids: list[str]) -> str:
     return _say("cancelled", user, ids)
+
+
+# A GitHub login that may be mentioned: anything else is not named (no mention is made).
+_LOGIN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})$")
+
+
+def alert(view: Any, author: str) -> str:
+    """The alert on a confirmed regression's culprit (`bot.inquiries.AlertView`); its
+    author is mentioned when GitHub named one."""
+    return _say("alert", view, author if _LOGIN.match(author or "") else "")
+
+
+def alert_title(view: Any) -> str:
+    return _say("alert_title", view)
+
+
+def triaged(user: str, answer: str, inquiry: Any) -> str:
+    return _say("triaged", user, answer, inquiry)
+
+
+def no_alert(user: str) -> str:
+    return _say("no_alert", user)

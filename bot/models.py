@@ -140,6 +140,8 @@ class Verification(Base):
     held_for_approval: Mapped[bool] = mapped_column(default=False, server_default=false())
     # A merge to the default branch measured against its parent (the watch), not a PR.
     watch: Mapped[bool] = mapped_column(default=False, server_default=false())
+    # A step of the hunt for a regression's culprit (bot.inquiries): measured, not a point.
+    inquiry_id: Mapped[int | None] = mapped_column(Integer)
     requested_by: Mapped[str | None] = mapped_column(String(100))
     superseded_by: Mapped[str | None] = mapped_column(String(40))
     state: Mapped[str] = mapped_column(String(20), default=State.QUEUED.value, index=True)
@@ -330,3 +332,40 @@ class SeriesPoint(Base):
     change_point: Mapped[str | None] = mapped_column(String(20))
     bundle_key: Mapped[str | None] = mapped_column(String(300))
     measured_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+class Inquiry(Base):
+    """The hunt for the commit behind a regression the watch's detector raised: the
+    suspect range measured again (confirm), then bisected under a GPU budget, then the
+    culprit alerted once. Each step is a paired verification (`verifications.inquiry_id`);
+    `steps` records what each found, so the hunt resumes where it was after a restart."""
+
+    __tablename__ = "inquiries"
+    __table_args__ = (UniqueConstraint("series_id", "side", "good_sha", "bad_sha"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    repo: Mapped[str] = mapped_column(String(200), index=True)
+    task: Mapped[str] = mapped_column(String(100))
+    series_id: Mapped[int] = mapped_column(ForeignKey("series.id"))
+    side: Mapped[str] = mapped_column(String(20))
+    # The suspect point's range: its parent (last good) and its commit (first bad).
+    good_sha: Mapped[str] = mapped_column(String(64))
+    bad_sha: Mapped[str] = mapped_column(String(64))
+    # confirming, bisecting, alerted, cleared (the rerun did not confirm it), unresolved.
+    state: Mapped[str] = mapped_column(String(20), index=True)
+    # The range's commits, oldest first (without good, with bad), once confirmed.
+    commits: Mapped[list[Any] | None] = mapped_column(JSON)
+    lo_sha: Mapped[str] = mapped_column(String(64))  # measured good so far
+    hi_sha: Mapped[str] = mapped_column(String(64))  # measured bad so far
+    steps: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    verification_id: Mapped[str | None] = mapped_column(String(40))  # the step under way
+    culprit_sha: Mapped[str | None] = mapped_column(String(64))
+    culprit_pr: Mapped[int | None] = mapped_column(Integer, index=True)
+    # Why it stopped short of a culprit, as a reason record (bot.verification.reasons).
+    end_reason: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    alerted_at: Mapped[dt.datetime | None]
+    # A maintainer's answer to the alert: justified or false-alarm.
+    triage: Mapped[str | None] = mapped_column(String(20))
+    triaged_by: Mapped[str | None] = mapped_column(String(100))
+    triaged_at: Mapped[dt.datetime | None]
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[dt.datetime] = mapped_column(default=utcnow, onupdate=utcnow)

@@ -37,6 +37,14 @@ class Writer(Protocol):
         self, repo: str, number: int, comment_id: int, content: str
     ) -> None: ...  # pragma: no cover - a protocol
 
+    def add_labels(
+        self, repo: str, number: int, labels: list[str]
+    ) -> None: ...  # pragma: no cover - a protocol
+
+    def create_issue(
+        self, repo: str, title: str, body: str, labels: list[str]
+    ) -> int: ...  # pragma: no cover - a protocol
+
 
 @dataclass(frozen=True)
 class Retry:
@@ -57,12 +65,32 @@ def react(s: Session, repo: str, number: int, comment_id: int, content: str) -> 
     s.add(PullWrite(repo=repo, pr_number=number, kind="react", params=params))
 
 
+# The number of the repository's own outbox: writes that belong to no PR (a new issue).
+REPOSITORY = 0
+
+
+def label(s: Session, repo: str, number: int, name: str) -> None:
+    """Add a label to the PR (or issue) once the session commits."""
+    s.add(PullWrite(repo=repo, pr_number=number, kind="label", params={"labels": [name]}))
+
+
+def issue(s: Session, repo: str, title: str, body: str, labels: list[str]) -> None:
+    """Open an issue once the session commits (the repository's outbox)."""
+    params = {"title": title, "body": body, "labels": labels}
+    s.add(PullWrite(repo=repo, pr_number=REPOSITORY, kind="issue", params=params))
+
+
 def _send(github: Writer, row: tuple[str, int, str, dict[str, Any]]) -> None:
     repo, number, kind, params = row
     if kind == "comment":
         github.create_comment(repo, number, str(params["body"]))
     elif kind == "react":
         github.react(repo, number, int(params["comment_id"]), str(params["content"]))
+    elif kind == "label":
+        github.add_labels(repo, number, [str(x) for x in params["labels"]])
+    elif kind == "issue":
+        labels = [str(x) for x in params.get("labels") or []]
+        github.create_issue(repo, str(params["title"]), str(params["body"]), labels)
     else:
         raise ValueError(f"no such PR write: {kind}")
 

@@ -44,6 +44,7 @@ whether it changed (`If-None-Match`: a 304 costs no rate limit and no parse).
       gpus: [H200]                     # default: gpus above; modes likewise
       gpu_minutes_per_day: 240         # pushes past it wait for the next day's budget
                                        # (`watch: false` turns it off)
+      alert_issue: false               # also open an issue for a confirmed regression
 """
 
 from __future__ import annotations
@@ -176,6 +177,11 @@ class Watch(BaseModel):
         le=100_000,
         allow_inf_nan=False,
         description="GPU minutes the watch may spend in a day; pushes past it wait",
+    )
+    alert_issue: bool = Field(
+        default=False,
+        description="also open an issue for each confirmed regression (one is opened "
+        "anyway when the culprit came in without a PR)",
     )
 
 

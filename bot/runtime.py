@@ -7,7 +7,7 @@ so no import circle runs through them.
 
 from __future__ import annotations
 
-from bot import deliveries, pull_writes
+from bot import deliveries, inquiries, pull_writes
 from bot.artifacts import store_from_url
 from bot.config import Settings
 from bot.db import Database
@@ -32,6 +32,7 @@ def build(settings: Settings, *, immediate: bool = False) -> Services:
     def reconcile() -> None:
         deliveries.requeue_lost(svc)
         steps.reconcile(svc)
+        inquiries.resume(svc)
         for repo, number in pull_writes.due(svc.db):
             svc.queue.write(repo, number)
         deliveries.redeliver_failed(svc)

@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 from bot.history import NewPoint, SeriesKey, add_to, open_series, point_of
 from bot.models import Series, Verification
 from bot.repo_config import RepoConfig
-from evidence.changes import ChangePolicy, DetectorState, Point, update
+from evidence.changes import ChangePolicy, DetectorState, Point, Step, update
 from evidence.metrics import BY_NAME
 
 log = logging.getLogger(__name__)
@@ -166,10 +166,21 @@ def _recorded_minutes(headline: dict[str, Any] | None) -> float | None:
     return sum(found) if found else None
 
 
-def record(s: Session, v: Verification, doc: dict[str, Any], now: dt.datetime) -> int:
+@dataclass(frozen=True)
+class Suspect:
+    """A change the detector raised an alarm on, or suspects (past its confirm level):
+    its side and the commits whose points carry it (for a suspicion, the strongest)."""
+
+    series: Series
+    side: str
+    commits: tuple[str, ...]
+    alarm: bool
+
+
+def record(s: Session, v: Verification, doc: dict[str, Any], now: dt.datetime) -> list[Suspect]:
     """Each GPU kind's headline of the published evidence `doc` as a point of its series,
-    fed to the series' change detector; how many points were added."""
-    added = 0
+    fed to the series' change detector; the changes it alarmed on or suspects."""
+    raised: list[Suspect] = []
     bundles = {j.gpu: j.bundle_key for j in v.jobs}
     for gpu, g in (doc.get("gpus") or {}).items():
         h = (g or {}).get("headline") or {}
@@ -190,7 +201,10 @@ def record(s: Session, v: Verification, doc: dict[str, Any], now: dt.datetime) -
         series = open_series(s, key, now)
         if point_of(s, series, v.head_sha, v.id) is not None:
             continue  # recorded (and fed to the detector) by an earlier try of this effect
-        alarm = _detect(series, key, v.head_sha, h, pairs)
+        step = _detect(series, key, v.head_sha, h, pairs)
+        alarm = step.alarms[0] if step.alarms else None
+        raised += [Suspect(series, a.side, a.commits, True) for a in step.alarms]
+        raised += [Suspect(series, side, (c,), False) for side, c in step.confirm]
         point = NewPoint(
             sha=v.head_sha,
             parent_sha=v.base_sha,
@@ -201,17 +215,16 @@ def record(s: Session, v: Verification, doc: dict[str, Any], now: dt.datetime) -
             verdict=str(h.get("verdict") or ""),
             pairs=pairs or None,
             bundle_key=bundles.get(str(gpu)),
-            change_point=alarm,
+            change_point=alarm.side if alarm else None,
         )
         add_to(s, series, point, now)
-        added += 1
-    return added
+    return raised
 
 
-def _detect(series: Series, key: SeriesKey, sha: str, h: dict[str, Any], pairs: int) -> str | None:
-    """Feed the point to its series' detector (kept with the series); the side of the
-    alarm it raised, if any. Its estimate is log(head/parent) oriented so that higher is
-    better, its standard error read off the 95% interval."""
+def _detect(series: Series, key: SeriesKey, sha: str, h: dict[str, Any], pairs: int) -> Step:
+    """Feed the point to its series' detector (kept with the series); what it did. Its
+    estimate is log(head/parent) oriented so that higher is better, its standard error
+    read off the 95% interval."""
     state = DetectorState.from_record(series.detector) if series.detector else DetectorState()
     sign = -1.0 if (m := BY_NAME.get(key.metric)) is not None and m.better == "lower" else 1.0
     delta, lo, hi = _num(h.get("delta_pct")), _num(h.get("ci_low_pct")), _num(h.get("ci_high_pct"))
@@ -223,7 +236,7 @@ def _detect(series: Series, key: SeriesKey, sha: str, h: dict[str, Any], pairs: 
         se = (math.log1p(hi / 100) - math.log1p(lo / 100)) / (2 * Z95) or None
     step = update(state, Point(sha, estimate, se, math.inf, pairs), ChangePolicy())
     series.detector = state.record()
-    return step.alarms[0].side if step.alarms else None
+    return step
 
 
 def _num(x: Any) -> float | None:

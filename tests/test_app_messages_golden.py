@@ -9,6 +9,7 @@ template's output fails here until the golden file is rewritten:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Callable
@@ -22,7 +23,8 @@ from bot import messages
 from bot.approvals import Outsider
 from bot.commands import Mistake
 from bot.github.api import fit
-from bot.models import RunnerJob, Verification
+from bot.inquiries import AlertView, StepView
+from bot.models import Inquiry, RunnerJob, Verification
 from bot.repo_config import parse, render_error
 from bot.verification.reasons import Reason
 from bot.web.reports import pending_page
@@ -328,7 +330,42 @@ def pr_opening() -> str:
     )
 
 
+def alerts() -> str:
+    """The watch's alert on a regression's culprit (a PR's comment and an issue's
+    title), and the answers to `/rsi justified` and `/rsi false-alarm`."""
+    steps = [
+        StepView("confirm", BASE, SHA, "regressed", -8.25, -9.5, -7.0, URL),
+        StepView("bisect", BASE, WORDS, WORDS, None, None, None, None),
+    ]
+    view = AlertView(
+        repo=WORDS,
+        task=WORDS,
+        gpu=WORDS,
+        mode=WORDS,
+        metric=WORDS,
+        culprit=SHA,
+        culprit_pr=7,
+        good=BASE,
+        bad=SHA,
+        commits=8,
+        steps=steps,
+        history_url=URL,
+    )
+    single = dataclasses.replace(view, commits=1, culprit_pr=None, steps=steps[:1])
+    inquiry = Inquiry(culprit_sha=SHA)
+    return joined(
+        messages.alert(view, WORDS),
+        messages.alert(view, "alice"),
+        messages.alert(single, ""),
+        messages.alert_title(view),
+        messages.triaged(WORDS, "justified", inquiry),
+        messages.triaged(WORDS, "false-alarm", inquiry),
+        messages.no_alert(WORDS),
+    )
+
+
 KINDS: dict[str, Callable[[], str]] = {
+    "alerts.md": alerts,
     "pr_opening.md": pr_opening,
     "pr_title.txt": pr_title,
     "reasons.md": reasons,

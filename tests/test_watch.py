@@ -63,7 +63,7 @@ def watched(w: World) -> list[Verification]:
     with w.svc.db.session() as s:
         rows = s.scalars(
             select(Verification)
-            .where(Verification.watch.is_(True))
+            .where(Verification.watch.is_(True), Verification.inquiry_id.is_(None))
             .order_by(Verification.created_at, Verification.id)
         ).all()
         for v in rows:

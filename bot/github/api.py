@@ -227,6 +227,43 @@ class GitHub:
         total = int(data.get("total_commits") or data.get("ahead_by") or len(listed))
         return Commits(listed=listed, total=max(total, len(listed)))
 
+    def first_parents(self, repo: str, good: str, bad: str, limit: int = 100) -> list[str] | None:
+        """The commits from `good` (excluded) to `bad` (included) along first parents,
+        oldest first: the default branch's own history, whatever a merge brought along.
+        None when the range is longer than `limit` or the chain does not reach `good`."""
+        per_page = max(1, min(limit, 100))
+        _, data = self.request(
+            repo, "GET", f"/repos/{repo}/compare/{good}...{bad}?per_page={per_page}&page=1"
+        )
+        commits = [c for c in data.get("commits") or [] if isinstance(c, dict)]
+        total = int(data.get("total_commits") or data.get("ahead_by") or len(commits))
+        if total > len(commits):
+            return None
+        parents: dict[str, str] = {}
+        for c in commits:
+            first = (c.get("parents") or [{}])[0]
+            if isinstance(first, dict) and c.get("sha"):
+                parents[str(c["sha"])] = str(first.get("sha") or "")
+        chain: list[str] = []
+        at = bad
+        while at != good:
+            if at not in parents or len(chain) > len(commits):
+                return None
+            chain.append(at)
+            at = parents[at]
+        return chain[::-1]
+
+    def merged_pulls(self, repo: str, sha: str) -> list[tuple[int, str]]:
+        """(number, author) of the merged PRs that brought `sha` in (GitHub's commit → PR
+        association)."""
+        _, data = self.request(repo, "GET", f"/repos/{repo}/commits/{sha}/pulls")
+        items = data.get("items")
+        return [
+            (int(p["number"]), str((p.get("user") or {}).get("login") or ""))
+            for p in (items if isinstance(items, list) else [])
+            if isinstance(p, dict) and p.get("merged_at") and isinstance(p.get("number"), int)
+        ]
+
     def permission(self, repo: str, user: str, max_age_s: float = 0.0) -> str:
         """`admin`, `maintain`, `write`, `triage`, `read` or `none`; one answer of the
         last `max_age_s` seconds (by this process) will do."""
@@ -424,6 +461,18 @@ class GitHub:
             return int(via.id) == int(self.app.app_id)
         login = str(getattr(comment.user, "login", "") or "")
         return login.endswith("[bot]") and login == self.app.bot_login
+
+    def add_labels(self, repo: str, number: int, labels: list[str]) -> None:
+        self.request(repo, "POST", f"/repos/{repo}/issues/{number}/labels", {"labels": labels})
+
+    def create_issue(self, repo: str, title: str, body: str, labels: list[str]) -> int:
+        _, data = self.request(
+            repo,
+            "POST",
+            f"/repos/{repo}/issues",
+            {"title": title, "body": fit(body, COMMENT_LIMIT, None), "labels": labels},
+        )
+        return int(data["number"])
 
     def react(self, repo: str, number: int, comment_id: int, content: str) -> None:
         self._call(

@@ -23,8 +23,8 @@ from typing import Any
 
 from sqlalchemy import select
 
-from bot import approvals, messages, pull_writes
-from bot.commands import Command, parse
+from bot import approvals, inquiries, messages, pull_writes
+from bot.commands import ANSWERS, Command, parse
 from bot.github.api import Pull
 from bot.handlers.context import Context
 from bot.handlers.registry import on
@@ -70,6 +70,12 @@ def commented(ctx: Context) -> None:
     if cmd is None:
         return
     number = int(issue["number"])
+    if cmd.name in ANSWERS and not cmd.errors:  # an answer to an alert on a merged PR
+        try:
+            _answer(ctx, number, comment, cmd.name)
+        finally:
+            ctx.queue.write(ctx.repo, number)
+        return
     with ctx.db.session() as s:
         tracked = store.pull_request(s, ctx.repo, number) is not None
     if not tracked:
@@ -153,6 +159,29 @@ def _adopt(ctx: Context, number: int, comment: dict[str, Any], cmd: Command) -> 
                 pull_writes.comment(s, ctx.repo, number, messages.refusal(user, ctx.repo))
                 return
         _say(ctx, number, _verify_pull(ctx, user, comment_id, cmd, p, facts))
+
+
+def _answer(ctx: Context, number: int, comment: dict[str, Any], answer: str) -> None:
+    """`/rsi justified` or `/rsi false-alarm`: a writer's verdict on the PR's newest
+    regression alert, kept in the alert-quality ledger; anyone else is told who may."""
+    user, comment_id = str(comment["user"]["login"]), int(comment["id"])
+    with ctx.db.session() as s:
+        if approvals.recently_refused(s, ctx.repo, number, user):
+            return
+    allowed = ctx.config().allows(user)
+    permission = None if allowed else ctx.github.permission(ctx.repo, user, max_age_s=0.0)
+    with ctx.db.session() as s:
+        delivery = ctx.delivery_id or f"comment:{comment_id}"
+        if not approvals.claim_comment(s, ctx.repo, number, comment_id, delivery, user):
+            return
+        pull_writes.react(s, ctx.repo, number, comment_id, "eyes")
+        if not allowed and permission not in approvals.WRITERS:
+            approvals.refuse(s, ctx.repo, comment_id, permission or "none")
+            pull_writes.comment(s, ctx.repo, number, messages.refusal(user, ctx.repo))
+            return
+        q = inquiries.triage(s, ctx.repo, number, answer, user)
+        reply = messages.triaged(user, answer, q) if q else messages.no_alert(user)
+        pull_writes.comment(s, ctx.repo, number, reply)
 
 
 def _verify_pull(

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.orm import Session
 
-from bot import approvals, messages, watch
+from bot import approvals, inquiries, messages, watch
 from bot.artifacts import TooLarge as ArtifactTooLarge
 from bot.artifacts import save_to_file
 from bot.github.api import APPROVE_ACTION, CHECK_NAME, WATCH_CHECK_NAME, GitHubError, Pull
@@ -683,7 +683,17 @@ def record_history(svc: EffectPorts, vid: str, e: M.RecordHistory) -> None:
     if text is None:
         raise LookupError(f"{vid}: no evidence.json in the artifact store")
     with svc.db.session() as s:
-        watch.record(s, _load(s, vid), json.loads(text), utcnow())
+        v = _load(s, vid)
+        if v.inquiry_id is not None:
+            return  # a step of an inquiry: `bot.inquiries` reads it, it is not a merge
+        now = utcnow()
+        for found in watch.record(s, v, json.loads(text), now):
+            if found.side != "regression":
+                continue  # an improvement is marked on the page, nobody is alerted
+            series = found.series
+            bad = inquiries.suspect(s, series, found.commits, found.side) or v.head_sha
+            good = inquiries.parent_of(s, series, bad) or v.base_sha
+            inquiries.open_for(s, series, found.side, good, bad, now)
 
 
 def notify(svc: EffectPorts, vid: str, e: M.Notify) -> None:

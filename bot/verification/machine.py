@@ -89,6 +89,9 @@ class Verification:
     # A merge to the default branch measured against its parent: no PR to open, comment
     # on or notify; its check run is `rsi/watch`, its result a point of its series.
     watch: bool = False
+    # A step of the hunt for a regression's culprit (a watch verification too): no check
+    # run on the commits it measures; the alert and the history page link its evidence.
+    step: bool = False
 
     def job(self, gpu: str) -> Job | None:
         return next((j for j in self.jobs if j.gpu == gpu.upper()), None)
@@ -471,7 +474,7 @@ def _start(v: Verification, e: Start) -> tuple[Verification, tuple[Effect, ...]]
     if v.state != State.QUEUED or not pending or e.busy >= e.max_running:
         return v, ()  # already started, or over the GPU budget: the reconciler retries
     effects: list[Effect] = (
-        [EnsureCheckRun()] if v.watch else [EnsurePullRequest(), EnsureCheckRun()]
+        [] if v.step else [EnsureCheckRun()] if v.watch else [EnsurePullRequest(), EnsureCheckRun()]
     )
     for j in pending:
         v = v.with_job(replace(j, state=JobState.DISPATCHING))
@@ -590,6 +593,8 @@ def _built(v: Verification, e: EvidenceBuilt) -> tuple[Verification, tuple[Effec
         # the other GPUs is not the success asked for; a regression measured stays one.
         conclusion = "neutral"
     v = replace(v, state=State.PUBLISHED, reason=None)
+    if v.step:
+        return v, (RecordHistory(), EndVerification(State.PUBLISHED))
     if v.watch:
         return v, (RecordHistory(), CompleteCheckRun(conclusion), EndVerification(State.PUBLISHED))
     effects: list[Effect] = [
@@ -625,7 +630,8 @@ def _end(
         elif j.state in (JobState.PENDING, JobState.COMPLETED):
             v = v.with_job(replace(j, state=JobState.CANCELLED))
     v = replace(v, state=state, reason=reason)
-    effects.append(CompleteCheckRun(conclusion, drop_actions=awaited))
+    if not v.step:
+        effects.append(CompleteCheckRun(conclusion, drop_actions=awaited))
     if (comment or awaited) and not v.watch:
         effects.append(UpsertComment())
     effects.append(EndVerification(state, reason))

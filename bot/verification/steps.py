@@ -18,7 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from bot import approvals, observability, watch
+from bot import approvals, inquiries, observability, watch
 from bot.models import Effect, Verification, utcnow
 from bot.repo_config import Plan, RepoConfig
 from bot.verification import machine as M
@@ -70,6 +70,7 @@ def drain(svc: StepPorts, vid: str) -> None:
             svc.queue.drain_later(vid, wait)
             return
         if not _due(svc, vid):
+            inquiries.follow(svc, vid)  # a step of one ended, or an alarm opened one
             return
 
 

@@ -69,6 +69,7 @@ class NewVerification:
     installation_id: int | None = None
     held: bool = False  # a head awaiting approval: see `first_step`
     watch: bool = False  # a merge to the default branch against its parent
+    inquiry_id: int | None = None  # a step of the hunt for a regression's culprit
 
 
 def create(s: Session, new: NewVerification) -> Verification:
@@ -96,6 +97,7 @@ def create(s: Session, new: NewVerification) -> Verification:
         installation_id=new.installation_id,
         held_for_approval=new.held,
         watch=new.watch,
+        inquiry_id=new.inquiry_id,
         state=M.State.QUEUED.value,
         version=0,
     )
@@ -169,6 +171,7 @@ def snapshot(v: Verification) -> M.Verification:
         requested_by=v.requested_by,
         reason=Reason.from_json(v.end_reason),
         watch=bool(v.watch),
+        step=v.inquiry_id is not None,
     )
 
 

@@ -15,7 +15,7 @@ import io
 import orjson
 from flask import Blueprint, Response, abort, current_app, request
 
-from bot import history
+from bot import history, inquiries
 from bot.services import Services
 from evidence.render import environment
 
@@ -70,6 +70,9 @@ def page(owner: str, name: str) -> Response:
     f, views = _selected(rt, owner, name)
     repo = f"{owner}/{name}"
     token = rt.signer.history_token(repo)
+    with rt.db.session() as s:
+        ids = [v.id for v in views]
+        quality, hunts = inquiries.quality(s, ids), inquiries.of_series(s, ids)
     html = (
         environment()
         .get_template("history.html.j2")
@@ -81,6 +84,8 @@ def page(owner: str, name: str) -> Response:
             filters=f,
             query={**f.query_args(), "token": token},
             report_url=rt.report_url,
+            quality=quality,
+            hunts=hunts,
         )
     )
     return _headers(Response(html, mimetype="text/html"))

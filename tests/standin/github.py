@@ -1488,7 +1488,7 @@ class GitHubStandIn:
             title=item.title,
             body=item.body,
             user=self._user(item.user, item.user_type),
-            labels=[],
+            labels=[self._label_json(repo, name) for name in item.labels],
             assignee=None,
             assignees=[],
             milestone=None,
@@ -2242,6 +2242,52 @@ class GitHubStandIn:
         return _Answer(
             201, self._comment_json(comment), {"Location": self._comment_json(comment)["url"]}
         )
+
+    def _label_json(self, repo: Repo, name: str) -> JSONDict:
+        ident = int(hashlib.sha1(f"{repo.full_name}/{name}".encode()).hexdigest()[:8], 16)
+        return {
+            "id": ident,
+            "node_id": _node_id("Label", ident),
+            "url": f"{self.url}/repos/{repo.full_name}/labels/{name}",
+            "name": name,
+            "description": None,
+            "color": "d73a4a",
+            "default": False,
+        }
+
+    @_route(
+        "post",
+        "/repos/{owner}/{repo}/issues/{issue_number}/labels",
+        permission=(("issues", "write"), ("pull_requests", "write")),
+    )
+    def _add_labels(self, ctx: _Ctx) -> _Answer:
+        """Labels by name (GitHub makes a label that does not exist yet)."""
+        repo = ctx.need_repo()
+        item = self._issue_or_pull(repo, ctx.int_param("issue_number"))
+        names = ctx.data.get("labels") if isinstance(ctx.data, dict) else None
+        if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+            raise _unprocessable(
+                "Invalid request.", f"POST {ctx.path}: `labels` is not a list of label names"
+            )
+        for name in names:
+            if name not in item.labels:
+                item.labels.append(name)
+        return _Answer(200, [self._label_json(repo, n) for n in item.labels])
+
+    @_route("post", "/repos/{owner}/{repo}/issues", permission=(("issues", "write"),))
+    def _create_issue(self, ctx: _Ctx) -> _Answer:
+        repo = ctx.need_repo()
+        data = ctx.data if isinstance(ctx.data, dict) else {}
+        title = data.get("title")
+        if not isinstance(title, str) or not title:
+            raise _unprocessable("Invalid request.", f"POST {ctx.path}: no `title`")
+        item = self._issue_or_pull(repo, repo.next_number, create=True)
+        assert isinstance(item, Issue)
+        item.title, item.body = title, data.get("body")
+        item.user, item.user_type = self._bot_login(), "Bot"
+        item.labels = [str(n) for n in data.get("labels") or [] if isinstance(n, str)]
+        body = self._issue_json(repo, item)
+        return _Answer(201, body, {"Location": body["url"]})
 
     @_route(
         "get",

@@ -102,6 +102,7 @@ class Pull:
     maintainer_can_modify: bool = True
     closed_at: datetime | None = None
     head_sha: str = ""  # last seen head sha, in case the branch goes away
+    labels: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -115,6 +116,7 @@ class Issue:
     created_at: datetime
     updated_at: datetime
     state: str = "open"
+    labels: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -1,0 +1,544 @@
+"""The hunt for the commit behind a regression of the default branch.
+
+The watch's change detector raises an alarm on a series (`bot.watch`); its suspect is
+the point with the most evidence for the regression: one push, measured against the
+commit before it, which may hold several merges (batched pushes). An inquiry then:
+
+1. **confirms**: a fresh paired verification of the same range (last good against first
+   bad, interleaved, with its own sequential stop); only a `regressed` verdict goes on,
+   `no-change` or `improved` clears the alarm (a false alarm of the detector, counted in
+   the ledger), anything else leaves it unresolved and says why;
+2. **bisects** a range of k > 1 commits along first parents: ⌈log₂ k⌉ paired
+   verifications, each of the known-good commit against the middle one, each with its own
+   stop and the repository's GPU-minute cap, and every one inside the watch's daily
+   budget (a step waits for the budget, it is not skipped);
+3. **alerts once**: a comment on the culprit's PR naming its author, the
+   `perf-regression` label, and an issue when `watch.alert_issue` asks for one, written
+   to the outbox in the transaction that marks the inquiry alerted.
+
+Every step is a verification like any other (`inquiry_id` set): the runners, the design
+and the evidence are the same, and the state lives in the database, so a restart
+resumes where the hunt was. Maintainers answer an alert with `/rsi justified` or
+`/rsi false-alarm`; the answers make the alert-quality ledger of each series.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from bot import messages, pull_writes, watch
+from bot.github.api import GitHubError
+from bot.models import Inquiry, Series, SeriesPoint, Verification, utcnow
+from bot.repo_config import Plan, RepoConfig
+from bot.verification import store
+from bot.verification.machine import State
+
+if TYPE_CHECKING:
+    from bot.verification.ports import StepPorts
+
+log = logging.getLogger(__name__)
+
+OPEN = ("confirming", "bisecting")
+LABEL = "perf-regression"
+GONE_ON = frozenset({"no-change", "improved"})  # a step that found the range fine
+MAX_COMMITS = 100  # a longer range is named, not bisected
+
+
+@dataclass(frozen=True)
+class Quality:
+    """A series' alert-quality ledger: alarms the detector raised, how the reruns and
+    the maintainers judged them."""
+
+    raised: int = 0
+    cleared: int = 0  # the confirming rerun did not see it
+    unresolved: int = 0
+    alerted: int = 0
+    justified: int = 0
+    false_alarms: int = 0
+
+    @property
+    def precision(self) -> float | None:
+        """Of the alerts maintainers answered, the share that were real."""
+        judged = self.justified + self.false_alarms
+        return self.justified / judged if judged else None
+
+
+def open_for(
+    s: Session, series: Series, side: str, good: str, bad: str, now: dt.datetime
+) -> Inquiry | None:
+    """Open the inquiry of a regression the detector raised at the point `good`..`bad`;
+    None when that range is under inquiry (or was) already."""
+    found = s.scalar(
+        select(Inquiry).where(
+            Inquiry.series_id == series.id,
+            Inquiry.side == side,
+            Inquiry.good_sha == good,
+            Inquiry.bad_sha == bad,
+        )
+    )
+    if found is not None:
+        return None
+    q = Inquiry(
+        repo=series.repo,
+        task=series.task,
+        series_id=series.id,
+        side=side,
+        good_sha=good,
+        bad_sha=bad,
+        state="confirming",
+        lo_sha=good,
+        hi_sha=bad,
+        steps=[],
+        created_at=now,
+        updated_at=now,
+    )
+    s.add(q)
+    s.flush()
+    log.warning("%s: %s suspected at %s..%s, confirming", series.repo, side, good[:10], bad[:10])
+    return q
+
+
+def suspect(s: Session, series: Series, commits: tuple[str, ...], side: str) -> str | None:
+    """Of an alarm's commits, the one whose point has the most evidence for its side."""
+    points = s.scalars(
+        select(SeriesPoint).where(SeriesPoint.series_id == series.id, SeriesPoint.sha.in_(commits))
+    ).all()
+    sign = -1.0 if side == "regression" else 1.0
+
+    def strength(p: SeriesPoint) -> float:
+        lo, hi = p.ci_low_pct, p.ci_high_pct
+        half = (hi - lo) / 2 if lo is not None and hi is not None and hi > lo else math.inf
+        return sign * p.change_pct / half
+
+    best = max(points, key=strength, default=None)
+    return best.sha if best is not None else None
+
+
+def parent_of(s: Session, series: Series, sha: str) -> str | None:
+    return s.scalar(
+        select(SeriesPoint.parent_sha)
+        .where(SeriesPoint.series_id == series.id, SeriesPoint.sha == sha)
+        .limit(1)
+    )
+
+
+# --------------------------------------------------------------------------- stepping
+
+
+def follow(svc: StepPorts, vid: str) -> None:
+    """After a watch verification's effects: the inquiries it ended a step of or
+    opened take their next step."""
+    with svc.db.session() as s:
+        v = s.get(Verification, vid)
+        if v is None or not v.watch or not State(v.state).final:
+            return
+        repo = v.repo
+    resume(svc, repo)
+
+
+def resume(svc: StepPorts, repo: str | None = None) -> None:
+    """Every open inquiry (of `repo`) takes its next step if it can: the reconciler's
+    way back after a restart, and a step's way on after its verification ended."""
+    with svc.db.session() as s:
+        query = select(Inquiry.id).where(Inquiry.state.in_(OPEN))
+        if repo is not None:
+            query = query.where(Inquiry.repo == repo)
+        ids = list(s.scalars(query.order_by(Inquiry.id)))
+    for qid in ids:
+        try:
+            advance(svc, qid)
+        except GitHubError as exc:  # the next pass tries again
+            log.warning("inquiry %s waits: GitHub answered %s", qid, exc)
+
+
+def advance(svc: StepPorts, qid: int) -> None:
+    """Take inquiry `qid` as far as it goes now: read a finished step, decide, start the
+    next verification or alert. Idempotent: a step is read once, under the row's lock."""
+    found = svc.repo_config(_repo_of(svc, qid))
+    config = found.config
+    for _ in range(4):  # each pass is one decision; GitHub is read between passes
+        need = _decide(svc, qid, config)
+        if need is None:
+            return
+        if need.startswith("start:"):
+            svc.queue.start(need.removeprefix("start:"))
+            return
+        with svc.db.session() as s:
+            q = s.get(Inquiry, qid)
+            assert q is not None
+            repo, lo, hi = q.repo, q.lo_sha, q.hi_sha
+        if need == "commits":
+            try:
+                chain = svc.github.first_parents(repo, lo, hi, MAX_COMMITS)
+            except GitHubError as exc:
+                if exc.status not in (404, 422):
+                    raise
+                chain = None  # the range is gone (a force-push): nothing to bisect
+            with svc.db.session() as s:
+                q = _locked(s, qid)
+                if q is not None and q.commits is None:
+                    if chain is None:
+                        _stop(q, "range-too-long", {"limit": str(MAX_COMMITS)})
+                    else:
+                        q.commits = chain
+        elif need == "culprit":
+            pulls = svc.github.merged_pulls(repo, hi)
+            with svc.db.session() as s:
+                q = _locked(s, qid)
+                if q is None or q.state not in OPEN or q.culprit_sha is not None:
+                    continue
+                _alert(svc, s, q, config, pulls[0] if pulls else None)
+            for number in (pulls[0][0],) if pulls else ():
+                svc.queue.write(repo, number)
+            svc.queue.write(repo, pull_writes.REPOSITORY)
+
+
+def _repo_of(svc: StepPorts, qid: int) -> str:
+    with svc.db.session() as s:
+        q = s.get(Inquiry, qid)
+        assert q is not None
+        return q.repo
+
+
+def _locked(s: Session, qid: int) -> Inquiry | None:
+    return s.scalar(select(Inquiry).where(Inquiry.id == qid).with_for_update())
+
+
+def _decide(svc: StepPorts, qid: int, config: RepoConfig) -> str | None:
+    """One decision; what must be read from GitHub before the next ("commits" of the
+    range, the "culprit"'s PR), the verification to start ("start:<id>"), or None:
+    waiting for a step or the budget, or done."""
+    with svc.db.session() as s:
+        q = _locked(s, qid)
+        if q is None or q.state not in OPEN:
+            return None
+        if q.verification_id is not None:
+            v = s.get(Verification, q.verification_id)
+            if v is not None and not State(v.state).final:
+                return None  # measuring
+            _read(s, q, v)
+            if q.state not in OPEN:
+                return None
+        if q.state == "confirming":
+            if not q.steps:
+                return _measure(s, q, config, q.good_sha, q.bad_sha, "confirm")
+            q.state = "bisecting"
+        if q.commits is None:
+            return "commits"
+        todo = _between(q.commits, q.lo_sha, q.hi_sha)
+        if len(todo) <= 1:
+            return "culprit"
+        bisected = sum(1 for st in q.steps if st["kind"] == "bisect")
+        if bisected >= _max_steps(len(q.commits)):
+            _stop(q, "bisect-stuck", {"steps": str(bisected)})
+            return None
+        mid = todo[(len(todo) - 1) // 2]
+        return _measure(s, q, config, q.lo_sha, mid, "bisect")
+
+
+def _between(commits: list[Any], lo: str, hi: str) -> list[str]:
+    """The commits after `lo` up to `hi`, in order: those that may hold the culprit."""
+    chain = [str(c) for c in commits]
+    start = chain.index(lo) + 1 if lo in chain else 0
+    end = chain.index(hi) + 1 if hi in chain else len(chain)
+    return chain[start:end]
+
+
+def _max_steps(k: int) -> int:
+    return max(1, math.ceil(math.log2(max(k, 2))))
+
+
+def _read(s: Session, q: Inquiry, v: Verification | None) -> None:
+    """Write down what the step's verification found and move the bounds."""
+    step = dict(q.steps[-1]) if q.steps else {}
+    q.verification_id = None
+    h = _headline(s, q, v)
+    verdict = str(h.get("verdict") or (v.verdict if v else "") or "")
+    if v is None or v.state != State.PUBLISHED.value:
+        verdict = "failed"
+    step.update(
+        verdict=verdict,
+        change_pct=h.get("delta_pct"),
+        ci_low_pct=h.get("ci_low_pct"),
+        ci_high_pct=h.get("ci_high_pct"),
+    )
+    q.steps = [*q.steps[:-1], step]
+    if step["kind"] == "bisect":
+        side = _side_of(step, _num(q.steps[0].get("change_pct")))
+        if side == "bad":
+            q.hi_sha = step["head"]
+        elif side == "good":
+            q.lo_sha = step["head"]
+        else:
+            _stop(q, "step-undecided", {"verdict": verdict or "none", "kind": "bisect"})
+    elif verdict == "regressed":
+        pass  # confirmed: bisect next
+    elif verdict in GONE_ON or _side_of(step, _suspected(s, q)) == "good":
+        q.state = "cleared"
+        q.end_reason = {"code": "not-confirmed", "params": {"verdict": verdict}}
+        log.info("%s: suspected %s not confirmed (%s)", q.repo, q.side, verdict)
+    else:
+        _stop(q, "step-undecided", {"verdict": verdict or "none", "kind": step["kind"]})
+
+
+def _suspected(s: Session, q: Inquiry) -> float | None:
+    """The change the suspect point measured, in percent."""
+    found = s.scalar(
+        select(SeriesPoint.change_pct)
+        .where(SeriesPoint.series_id == q.series_id, SeriesPoint.sha == q.bad_sha)
+        .order_by(SeriesPoint.id)
+        .limit(1)
+    )
+    return float(found) if found is not None else None
+
+
+def _side_of(step: dict[str, Any], confirmed: float | None) -> str | None:
+    """Whether a bisection step's range holds the confirmed change: "bad" when its
+    interval lies wholly past half the confirmed change, "good" when wholly short of it
+    (a step's question is which half holds a change of known size, not whether there is
+    any change at all); else its verdict decides, and None when that is undecided."""
+    lo, hi = _num(step.get("ci_low_pct")), _num(step.get("ci_high_pct"))
+    if confirmed is not None and confirmed < 0 and lo is not None and hi is not None:
+        if hi < confirmed / 2:
+            return "bad"
+        if lo > confirmed / 2:
+            return "good"
+        return None
+    verdict = step.get("verdict")
+    return "bad" if verdict == "regressed" else "good" if verdict in GONE_ON else None
+
+
+def _headline(s: Session, q: Inquiry, v: Verification | None) -> dict[str, Any]:
+    series = s.get(Series, q.series_id)
+    heads = (v.headline or {}) if v is not None else {}
+    h = heads.get(series.gpu) if series is not None else None
+    if not isinstance(h, dict):
+        h = next((x for x in heads.values() if isinstance(x, dict)), {})
+    return h
+
+
+def _stop(q: Inquiry, code: str, params: dict[str, str]) -> None:
+    q.state, q.end_reason = "unresolved", {"code": code, "params": params}
+    log.warning("%s: inquiry %s unresolved: %s %s", q.repo, q.id, code, params)
+
+
+def _measure(
+    s: Session, q: Inquiry, config: RepoConfig, base: str, head: str, kind: str
+) -> str | None:
+    """Queue the step's paired verification (on the series' GPU and mode): "start:<id>";
+    None when the watch's budget for the day is spent (the reconciler asks again)."""
+    series = s.get(Series, q.series_id)
+    assert series is not None
+    now = utcnow()
+    if watch.minutes_today(s, q.repo, now) >= config.watch.gpu_minutes_per_day:
+        log.info("%s: inquiry %s waits for the watch's GPU budget", q.repo, q.id)
+        return None
+    plan = config.plan(gpus=[series.gpu])
+    if not isinstance(plan, Plan):
+        _stop(q, "not-measurable", {"gpu": series.gpu})
+        return None
+    modes = [series.mode] if series.mode else plan.modes
+    v = store.create(
+        s,
+        store.NewVerification(
+            repo=q.repo,
+            pr_number=None,
+            task=q.task,
+            base_sha=base,
+            head_sha=head,
+            head_repo=q.repo,
+            head_ref=head,
+            gpus=plan.gpus,
+            rounds=plan.rounds,
+            adaptive=plan.adaptive,
+            gpu_minutes=plan.gpu_minutes,
+            modes=modes,
+            candidate={
+                "candidate_id": f"inquiry-{q.id}-{len(q.steps) + 1}",
+                "task": q.task,
+                "repo": q.repo,
+                "base_sha": base,
+                "head": {"repo": q.repo, "ref": head, "sha": head},
+                "title": f"{kind} {base[:10]}..{head[:10]}",
+            },
+            trigger=f"{kind} of a suspected {q.side}",
+            watch=True,
+            inquiry_id=q.id,
+        ),
+    )
+    q.verification_id = v.id
+    q.steps = [*q.steps, {"kind": kind, "base": base, "head": head, "verification_id": v.id}]
+    log.info("%s: inquiry %s %s %s..%s as %s", q.repo, q.id, kind, base[:10], head[:10], v.id)
+    return "start:" + v.id
+
+
+def _alert(
+    svc: StepPorts, s: Session, q: Inquiry, config: RepoConfig, pull: tuple[int, str] | None
+) -> None:
+    """Name the culprit and say so once: the outbox rows are written with the state."""
+    q.culprit_sha = q.hi_sha
+    q.culprit_pr = pull[0] if pull else None
+    q.state, q.alerted_at = "alerted", utcnow()
+    series = s.get(Series, q.series_id)
+    assert series is not None
+    view = alert_view(svc, q, series)
+    author = pull[1] if pull else ""
+    if q.culprit_pr is not None:
+        pull_writes.comment(s, q.repo, q.culprit_pr, messages.alert(view, author))
+        pull_writes.label(s, q.repo, q.culprit_pr, LABEL)
+    if config.watch.alert_issue or q.culprit_pr is None:
+        title = messages.alert_title(view)
+        pull_writes.issue(s, q.repo, title, messages.alert(view, author), [LABEL])
+    log.warning("%s: %s alerted at %s (PR %s)", q.repo, q.side, q.culprit_sha, q.culprit_pr)
+
+
+@dataclass(frozen=True)
+class StepView:
+    kind: str
+    base: str
+    head: str
+    verdict: str
+    change_pct: float | None
+    ci_low_pct: float | None
+    ci_high_pct: float | None
+    report_url: str | None
+
+
+@dataclass(frozen=True)
+class AlertView:
+    """What an alert says, for the template."""
+
+    repo: str
+    task: str
+    gpu: str
+    mode: str
+    metric: str
+    culprit: str
+    culprit_pr: int | None
+    good: str
+    bad: str
+    commits: int
+    steps: list[StepView]
+    history_url: str
+
+
+def alert_view(svc: StepPorts, q: Inquiry, series: Series) -> AlertView:
+    steps = [
+        StepView(
+            kind=str(st.get("kind")),
+            base=str(st.get("base")),
+            head=str(st.get("head")),
+            verdict=str(st.get("verdict") or ""),
+            change_pct=_num(st.get("change_pct")),
+            ci_low_pct=_num(st.get("ci_low_pct")),
+            ci_high_pct=_num(st.get("ci_high_pct")),
+            report_url=svc.report_url(str(st["verification_id"]))
+            if st.get("verification_id")
+            else None,
+        )
+        for st in q.steps
+    ]
+    return AlertView(
+        repo=q.repo,
+        task=q.task,
+        gpu=series.gpu,
+        mode=series.mode,
+        metric=series.metric,
+        culprit=q.culprit_sha or q.hi_sha,
+        culprit_pr=q.culprit_pr,
+        good=q.good_sha,
+        bad=q.bad_sha,
+        commits=len(q.commits or []) or 1,
+        steps=steps,
+        history_url=svc.history_url(q.repo),
+    )
+
+
+def _num(x: Any) -> float | None:
+    return float(x) if isinstance(x, int | float) and math.isfinite(x) else None
+
+
+# --------------------------------------------------------------------------- answers
+
+
+def triage(s: Session, repo: str, number: int, answer: str, user: str) -> Inquiry | None:
+    """A maintainer's answer to the newest alert on PR `number`; None when it has none."""
+    q = s.scalar(
+        select(Inquiry)
+        .where(Inquiry.repo == repo, Inquiry.culprit_pr == number, Inquiry.state == "alerted")
+        .order_by(Inquiry.alerted_at.desc(), Inquiry.id.desc())
+        .limit(1)
+        .with_for_update()
+    )
+    if q is None:
+        return None
+    q.triage, q.triaged_by, q.triaged_at = answer, user, utcnow()
+    return q
+
+
+def quality(s: Session, series_ids: list[int]) -> dict[int, Quality]:
+    """The alert-quality ledger of each series."""
+    rows = s.execute(
+        select(Inquiry.series_id, Inquiry.state, Inquiry.triage).where(
+            Inquiry.series_id.in_(series_ids)
+        )
+    ).all()
+    out: dict[int, dict[str, int]] = {}
+    for sid, state, answer in rows:
+        c = out.setdefault(sid, dict.fromkeys(Quality.__dataclass_fields__, 0))
+        c["raised"] += 1
+        c["cleared"] += state == "cleared"
+        c["unresolved"] += state == "unresolved"
+        c["alerted"] += state == "alerted"
+        c["justified"] += answer == "justified"
+        c["false_alarms"] += answer == "false-alarm"
+    return {sid: Quality(**c) for sid, c in out.items()}
+
+
+@dataclass(frozen=True)
+class HuntRow:
+    """One inquiry as the history page lists it."""
+
+    state: str
+    good: str
+    bad: str
+    culprit: str | None
+    culprit_pr: int | None
+    steps: int
+    change_pct: float | None  # the confirming rerun's
+    why: str | None
+    triage: str | None
+    verification_ids: list[str]
+
+
+def of_series(s: Session, series_ids: list[int]) -> dict[int, list[HuntRow]]:
+    """Each series' inquiries, newest first (for the history page)."""
+    out: dict[int, list[HuntRow]] = {}
+    for q in s.scalars(
+        select(Inquiry)
+        .where(Inquiry.series_id.in_(series_ids))
+        .order_by(Inquiry.created_at.desc(), Inquiry.id.desc())
+    ):
+        first = q.steps[0] if q.steps else {}
+        out.setdefault(q.series_id, []).append(
+            HuntRow(
+                state=q.state,
+                good=q.good_sha,
+                bad=q.bad_sha,
+                culprit=q.culprit_sha,
+                culprit_pr=q.culprit_pr,
+                steps=len(q.steps),
+                change_pct=_num(first.get("change_pct")),
+                why=str((q.end_reason or {}).get("code") or "") or None,
+                triage=q.triage,
+                verification_ids=[str(st["verification_id"]) for st in q.steps],
+            )
+        )
+    return out
