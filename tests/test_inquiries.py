@@ -18,7 +18,7 @@ from tests import appkit
 from tests.standin import GitHubStandIn
 from tests.test_life_words import WRITER, say
 from tests.test_watch import CONFIG, push
-from tests.worlds import World, world
+from tests.worlds import SHAPES, World, world
 
 COMMITS = [f"{i:x}" * 40 for i in range(1, 9)]  # eight merges: 111…, 222…, …, 888…
 CULPRIT = COMMITS[4]  # the fifth: −8%
@@ -28,6 +28,15 @@ PR = 45
 @pytest.fixture
 def w(tmp_path: Path, github: GitHubStandIn) -> Iterator[World]:
     with world("embedded", tmp_path, github) as x:
+        yield x
+
+
+@pytest.fixture(params=SHAPES)
+def shaped(
+    request: pytest.FixtureRequest, tmp_path: Path, github: GitHubStandIn
+) -> Iterator[World]:
+    """Both shapes: the embedded default, and PostgreSQL with Redis's queue workers."""
+    with world(request.param, tmp_path, github) as x:
         yield x
 
 
@@ -148,7 +157,8 @@ def alert(w: World) -> Inquiry:
     return q
 
 
-def test_maintainers_answer_an_alert_and_the_ledger_counts_it(w: World) -> None:
+def test_maintainers_answer_an_alert_and_the_ledger_counts_it(shaped: World) -> None:
+    w = shaped
     q = alert(w)
     w.github.set_permission(appkit.UPSTREAM, "reader-rae", "read")
     w.github.set_permission(appkit.UPSTREAM, WRITER, "write")
