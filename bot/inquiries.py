@@ -129,6 +129,13 @@ def parent_of(s: Session, series: Series, sha: str) -> str | None:
     )
 
 
+def remeasures(s: Session, v: Verification) -> bool:
+    """Whether `v` measures its inquiry's suspect merge again (the confirming rerun): its
+    result is then a point of the series like the first, fed to the detector."""
+    q = s.get(Inquiry, v.inquiry_id) if v.inquiry_id is not None else None
+    return q is not None and (v.base_sha, v.head_sha) == (q.good_sha, q.bad_sha)
+
+
 # --------------------------------------------------------------------------- stepping
 
 

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import select
 
 from bot import inquiries, runtime
-from bot.models import Inquiry, Verification
+from bot.models import Inquiry, SeriesPoint, Verification
 from bot.web.app import create_app
 from tests import appkit
 from tests.standin import GitHubStandIn
@@ -122,6 +122,10 @@ def test_a_planted_regression_among_eight_merges_is_bisected_to_its_pr_and_alert
     for n in range(40, 48):
         if n != 44:
             assert not w.github.comments_on(appkit.UPSTREAM, n)
+    # The confirming rerun is a second point of the merge; the bisection steps are none.
+    with w.svc.db.session() as s:
+        points = s.scalars(select(SeriesPoint).order_by(SeriesPoint.id)).all()
+        assert [(p.parent_sha, p.sha) for p in points] == [(appkit.BASE_SHA, COMMITS[-1])] * 2
     # The steps leave no check run on the commits they measured: the merge's own stays.
     assert [r.head_sha for r in w.github.check_runs.values()] == [COMMITS[-1]]
     w.github.assert_clean()

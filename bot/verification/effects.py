@@ -684,8 +684,8 @@ def record_history(svc: EffectPorts, vid: str, e: M.RecordHistory) -> None:
         raise LookupError(f"{vid}: no evidence.json in the artifact store")
     with svc.db.session() as s:
         v = _load(s, vid)
-        if v.inquiry_id is not None:
-            return  # a step of an inquiry: `bot.inquiries` reads it, it is not a merge
+        if v.inquiry_id is not None and not inquiries.remeasures(s, v):
+            return  # a bisection step: `bot.inquiries` reads it, it is not a merge's point
         now = utcnow()
         for found in watch.record(s, v, json.loads(text), now):
             if found.side != "regression":
