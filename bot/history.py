@@ -111,6 +111,24 @@ def add_point(s: Session, key: SeriesKey, point: NewPoint, now: dt.datetime) -> 
     return point_of(s, series, point.sha, point.verification_id) or add_to(s, series, point, now)
 
 
+def size_shift(s: Session, series: Series, point: SeriesPoint) -> None:
+    """When `point` opens `series` after a driver or image change closed its predecessor,
+    size the level shift by the commit measured in both: the predecessor's last point of
+    that commit as head, this point's parent."""
+    old = s.scalar(select(Series).where(Series.successor_id == series.id))
+    if old is None or old.shift_pct is not None or not point.parent_value:
+        return
+    before = s.scalar(
+        select(SeriesPoint.head_value)
+        .where(SeriesPoint.series_id == old.id, SeriesPoint.sha == point.parent_sha)
+        .order_by(SeriesPoint.id.desc())
+        .limit(1)
+    )
+    if before:
+        old.shift_pct = 100.0 * (point.parent_value / before - 1.0)
+        old.shift_sha = point.parent_sha
+
+
 def point_of(s: Session, series: Series, sha: str, verification_id: str) -> SeriesPoint | None:
     """The point of `sha` measured by `verification_id` in `series`, if recorded."""
     return s.scalar(
@@ -123,10 +141,12 @@ def point_of(s: Session, series: Series, sha: str, verification_id: str) -> Seri
 
 
 def add_to(s: Session, series: Series, point: NewPoint, now: dt.datetime) -> SeriesPoint:
-    """A new point of `series` (the caller checked it is not there: `point_of`)."""
+    """A new point of `series` (the caller checked it is not there: `point_of`); the
+    first of a series that replaced another sizes the level shift between them."""
     row = SeriesPoint(series_id=series.id, measured_at=now, **point.__dict__)
     s.add(row)
     s.flush()
+    size_shift(s, series, row)
     return row
 
 
@@ -228,6 +248,8 @@ class SeriesView:
     closed_reason: str | None
     successor_id: int | None
     points: list[PointView] = field(default_factory=list)
+    shift_pct: float | None = None  # the level shift to the successor (one commit in both)
+    shift_sha: str | None = None
 
 
 def history(s: Session, repo: str, f: Filter) -> list[SeriesView]:
@@ -272,7 +294,16 @@ def _aware(when: dt.datetime) -> dt.datetime:
 def _view(x: Series) -> SeriesView:
     key = SeriesKey(x.repo, x.task, x.gpu, x.driver, x.image, x.mode, x.concurrency, x.metric)
     closed = None if x.closed_at is None else _aware(x.closed_at)
-    return SeriesView(x.id, key, _aware(x.opened_at), closed, x.closed_reason, x.successor_id)
+    return SeriesView(
+        x.id,
+        key,
+        _aware(x.opened_at),
+        closed,
+        x.closed_reason,
+        x.successor_id,
+        shift_pct=x.shift_pct,
+        shift_sha=x.shift_sha,
+    )
 
 
 def _point(p: SeriesPoint, when: dt.datetime, index: float) -> PointView:

@@ -301,6 +301,11 @@ class Series(Base):
     # Why it closed, in words: "driver 550.54 → 560.28".
     closed_reason: Mapped[str | None] = mapped_column(String(300))
     successor_id: Mapped[int | None] = mapped_column(ForeignKey("series.id"), nullable=True)
+    # The level shift to the successor: one commit's mean measured in both (its last
+    # point's head here, the successor's first point's parent there), successor / this − 1
+    # in percent. Levels of two sessions: as noisy as the machine, never an alert.
+    shift_pct: Mapped[float | None] = mapped_column(Float, nullable=True)
+    shift_sha: Mapped[str | None] = mapped_column(String(64), nullable=True)
     # The change detector's state over the series' points (evidence.changes.DetectorState).
     detector: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 

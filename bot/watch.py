@@ -198,6 +198,7 @@ def record(s: Session, v: Verification, doc: dict[str, Any], now: dt.datetime) -
             metric=str(h.get("metric") or ""),
         )
         pairs = int(g.get("rounds_per_side") or 0)
+        levels = _levels(doc, str(gpu), key)
         series = open_series(s, key, now)
         if point_of(s, series, v.head_sha, v.id) is not None:
             continue  # recorded (and fed to the detector) by an earlier try of this effect
@@ -216,6 +217,8 @@ def record(s: Session, v: Verification, doc: dict[str, Any], now: dt.datetime) -
             pairs=pairs or None,
             bundle_key=bundles.get(str(gpu)),
             change_point=alarm.side if alarm else None,
+            head_value=levels[1],
+            parent_value=levels[0],
         )
         add_to(s, series, point, now)
     return raised
@@ -237,6 +240,19 @@ def _detect(series: Series, key: SeriesKey, sha: str, h: dict[str, Any], pairs: 
     step = update(state, Point(sha, estimate, se, math.inf, pairs), ChangePolicy())
     series.detector = state.record()
     return step
+
+
+def _levels(doc: dict[str, Any], gpu: str, key: SeriesKey) -> tuple[float | None, float | None]:
+    """The parent's and the head's mean of the headline's row in that session."""
+    for r in doc.get("study") or []:
+        if isinstance(r, dict) and (
+            r.get("gpu"),
+            r.get("mode"),
+            r.get("concurrency"),
+            r.get("metric"),
+        ) == (gpu, key.mode, key.concurrency, key.metric):
+            return _num(r.get("base")), _num(r.get("head"))
+    return None, None
 
 
 def _num(x: Any) -> float | None:

@@ -57,6 +57,12 @@ def record(app: Flask, key: SeriesKey, points: list[NewPoint], start: int = 0) -
             history.add_point(s, key, p, T0 + dt.timedelta(hours=start + i))
 
 
+def client_page(app: Flask) -> str:
+    resp = app.test_client().get(f"/history/{REPO}?token={token(app)}")
+    assert resp.status_code == 200
+    return resp.get_data(as_text=True)
+
+
 def token(app: Flask) -> str:
     return rt(app).signer.history_token(REPO)
 
@@ -78,9 +84,9 @@ def test_the_migrations_build_exactly_the_models_on_postgresql() -> None:
 
 
 def test_a_new_driver_closes_the_series_and_opens_another(app: Flask) -> None:
-    record(app, KEY, [point(1, 0.5), point(2, -0.2)])
+    record(app, KEY, [point(1, 0.5), point(2, -0.2, head_value=50.0)])
     newer = SeriesKey(**{**KEY.__dict__, "driver": "560.28"})
-    record(app, newer, [point(2, 0.1), point(3, 1.0)], start=2)
+    record(app, newer, [point(3, 1.0, parent_value=53.0), point(4, 0.2)], start=2)
     with rt(app).db.session() as s:
         views = history.history(s, REPO, history.Filter())
     assert [(v.key.driver, v.closed_at is None) for v in views] == [
@@ -90,9 +96,15 @@ def test_a_new_driver_closes_the_series_and_opens_another(app: Flask) -> None:
     new, old = views
     assert old.closed_reason == "driver 550.54 → 560.28"
     assert old.successor_id == new.id
-    # The same commit measured under both: each series holds its own point.
     assert [p.sha[-1] for p in old.points] == ["1", "2"]
-    assert [p.sha[-1] for p in new.points] == ["2", "3"]
+    assert [p.sha[-1] for p in new.points] == ["3", "4"]
+    # Commit 2, the head of the old series' last point and the parent of the new one's
+    # first, measured in both sizes the shift: 53 / 50 − 1. Not an alert, not a point.
+    assert old.shift_pct == pytest.approx(6.0)
+    assert old.shift_sha == f"{2:040x}"
+    assert new.shift_pct is None
+    page = client_page(app)
+    assert "the level moved +6.0%" in page
 
 
 def test_a_point_recorded_twice_is_kept_once(app: Flask) -> None:

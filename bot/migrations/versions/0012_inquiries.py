@@ -1,5 +1,6 @@
 """The hunt for a regression's culprit (`inquiries`): confirm, bisect, alert once, and a
-maintainer's answer to the alert; `verifications.inquiry_id` marks a step of one.
+maintainer's answer to the alert; `verifications.inquiry_id` marks a step of one;
+`series.shift_pct` sizes the level shift when a driver or image change closes a series.
 
 Revision ID: 0012
 Revises: 0011
@@ -47,9 +48,15 @@ def upgrade() -> None:
     op.create_index("ix_inquiries_culprit_pr", "inquiries", ["culprit_pr"])
     with op.batch_alter_table("verifications") as batch:
         batch.add_column(sa.Column("inquiry_id", sa.Integer(), nullable=True))
+    with op.batch_alter_table("series") as batch:
+        batch.add_column(sa.Column("shift_pct", sa.Float(), nullable=True))
+        batch.add_column(sa.Column("shift_sha", sa.String(64), nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("series") as batch:
+        batch.drop_column("shift_sha")
+        batch.drop_column("shift_pct")
     with op.batch_alter_table("verifications") as batch:
         batch.drop_column("inquiry_id")
     op.drop_index("ix_inquiries_culprit_pr", table_name="inquiries")
