@@ -464,7 +464,8 @@ def alert_view(svc: StepPorts, q: Inquiry, series: Series) -> AlertView:
         bad=q.bad_sha,
         commits=len(q.commits or []) or 1,
         steps=steps,
-        history_url=svc.history_url(q.repo),
+        history_url=svc.history_url(q.repo, task=q.task, gpu=series.gpu, mode=series.mode)
+        + f"#series-{series.id}",
     )
 
 

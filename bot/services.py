@@ -86,8 +86,8 @@ class Services:
     def report_url(self, verification_id: str) -> str:
         return self.signer.report_url(self.settings.PUBLIC_URL, verification_id)
 
-    def history_url(self, repo: str) -> str:
-        return self.signer.history_url(self.settings.PUBLIC_URL, repo)
+    def history_url(self, repo: str, **filters: str) -> str:
+        return self.signer.history_url(self.settings.PUBLIC_URL, repo, filters=filters)
 
     def plot_url(self, verification_id: str, name: str) -> str:
         return self.signer.plot_url(self.settings.PUBLIC_URL, verification_id, name)

@@ -66,11 +66,15 @@ class UrlSigner:
         """The token of a repository's history page (no verification id holds a NUL)."""
         return self.token(f"history\x00{repo}")
 
-    def history_url(self, public_url: str, repo: str, suffix: str = "") -> str:
-        """`/history/<owner>/<name>` (`suffix`: `.json`, `.csv`) with its token."""
+    def history_url(
+        self, public_url: str, repo: str, suffix: str = "", filters: dict[str, str] | None = None
+    ) -> str:
+        """`/history/<owner>/<name>` (`suffix`: `.json`, `.csv`) with its token and the
+        page's `filters` (task, gpu, mode: one series' page)."""
         base = public_url.rstrip("/")
         path = "/".join(quote(part, safe="") for part in repo.split("/", 1))
-        return f"{base}/history/{path}{suffix}?token={self.history_token(repo)}"
+        query = "".join(f"&{k}={quote(v, safe='')}" for k, v in sorted((filters or {}).items()))
+        return f"{base}/history/{path}{suffix}?token={self.history_token(repo)}{query}"
 
     def plot_url(self, public_url: str, verification_id: str, name: str) -> str:
         base = public_url.rstrip("/")

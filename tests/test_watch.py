@@ -95,6 +95,11 @@ def test_a_push_to_main_is_measured_against_its_parent_and_becomes_a_point(w: Wo
     assert (run.name, run.status) == ("rsi/watch", "completed")
     assert run.conclusion in ("failure", "neutral")
     assert f"/history/{appkit.UPSTREAM}?token=" in (run.details_url or "")
+    # The details link is the history page of its own series: its task, GPU and mode.
+    assert (run.details_url or "").endswith("&gpu=H200&mode=streaming&task=cosyvoice3")
+    own = w.client.get((run.details_url or "").split("://", 1)[1].split("/", 1)[1])
+    assert own.status_code == 200
+    assert MERGE[:10] in own.get_data(as_text=True)
     assert w.github.count("POST", r"/issues/\d+/comments$") == 0
     with w.svc.db.session() as s:
         [series] = s.scalars(select(Series)).all()

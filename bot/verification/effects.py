@@ -189,14 +189,15 @@ def ensure_check_run(svc: EffectPorts, vid: str, e: M.EnsureCheckRun) -> None:
         if v.check_run_id is not None or M.State(v.state).final:
             return  # one check run; none for a verification that ended before it began
         repo, head, watch = v.repo, v.head_sha, v.watch
+        series = _series_filters(v)
         waits = v.state == M.State.AWAITING_APPROVAL.value
         title, summary = messages.check_awaiting(v) if waits else messages.check_queued(v)
     run_id = svc.github.create_check_run(
         repo,
         head_sha=head,
         external_id=vid,
-        # A watch's details are its series: the history page of the repository.
-        details_url=svc.history_url(repo) if watch else svc.report_url(vid),
+        # A watch's details are its series: the history page, filtered to them.
+        details_url=svc.history_url(repo, **series) if watch else svc.report_url(vid),
         name=WATCH_CHECK_NAME if watch else CHECK_NAME,
         title=title,
         summary=summary,
@@ -654,12 +655,24 @@ def fit_pr_body(body: str) -> str:
     return author[:keep] + notice + section if keep else section[:COMMENT_LIMIT]
 
 
+def _series_filters(v: Verification) -> dict[str, str]:
+    """The history page's filters that show a watch's own series: its task, and its GPU
+    kind and mode when it measures one."""
+    out = {"task": v.task}
+    if len(v.gpus or []) == 1:
+        out["gpu"] = str(v.gpus[0])
+    if len(v.modes or []) == 1:
+        out["mode"] = str(v.modes[0])
+    return out
+
+
 def complete_check_run(svc: EffectPorts, vid: str, e: M.CompleteCheckRun) -> None:
     with svc.db.session() as s:
         v = _load(s, vid)
         if v.check_run_id is None:
             return
         repo, cid, watch = v.repo, v.check_run_id, v.watch
+        series = _series_filters(v)
         if v.state == M.State.PUBLISHED.value:
             check = _report_text(svc, vid, "check.md") or ""
             title, summary = messages.check_published(v, check)
@@ -671,7 +684,7 @@ def complete_check_run(svc: EffectPorts, vid: str, e: M.CompleteCheckRun) -> Non
         title=title,
         summary=summary,
         conclusion=e.conclusion,
-        details_url=svc.history_url(repo) if watch else svc.report_url(vid),
+        details_url=svc.history_url(repo, **series) if watch else svc.report_url(vid),
         actions=[] if e.drop_actions else None,
     )
 
