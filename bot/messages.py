@@ -430,3 +430,12 @@ def triaged(user: str, answer: str, inquiry: Any) -> str:
 
 def no_alert(user: str) -> str:
     return _say("no_alert", user)
+
+
+def verify_held(user: str, v: Verification) -> str:
+    """A triager's `/rsi verify`: queued, and waiting for a writer's approval."""
+    return _say("verify_held", user, v)
+
+
+def verify_budget(user: str, which: str, spent: str, budget: str) -> str:
+    return _say("verify_budget", user, which, spent, budget)

@@ -33,6 +33,8 @@ whether it changed (`If-None-Match`: a 304 costs no rate limit and no parse).
       gpu_minutes: 120                 # with rounds: auto, the most GPU minutes one
                                        # verification spends per GPU kind (default: no limit)
       max_running: 2                   # verifications running at once, this repository
+      pr_gpu_minutes: 480              # `/rsi verify` on a PR rsi-bot did not open: per PR
+      day_gpu_minutes: 1440            # and per day, this repository
     base: keep                         # or main: re-measure when main moves
     benchmark_ref: v0.1.9              # the benchmark client's tree (default: the base)
     design: auto                       # or alternate, crossover, sequential (auto: the
@@ -219,6 +221,20 @@ class Budget(BaseModel):
     )
     max_running: int = Field(
         default=2, ge=1, le=50, description="verifications running at once, this repository"
+    )
+    pr_gpu_minutes: float = Field(
+        default=480,
+        ge=0,
+        le=100_000,
+        allow_inf_nan=False,
+        description="GPU minutes `/rsi verify` may spend on one PR rsi-bot did not open",
+    )
+    day_gpu_minutes: float = Field(
+        default=1440,
+        ge=0,
+        le=1_000_000,
+        allow_inf_nan=False,
+        description="GPU minutes `/rsi verify` may spend in a day on PRs rsi-bot did not open",
     )
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +25,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from bot.history import NewPoint, SeriesKey, add_to, open_series, point_of
-from bot.models import Series, Verification
+from bot.models import PullRequest, Series, Verification
 from bot.repo_config import RepoConfig
 from evidence.changes import ChangePolicy, DetectorState, Point, Step, update
 from evidence.metrics import BY_NAME
@@ -36,7 +37,7 @@ Z95 = 1.959964
 SKIPPED = frozenset({"watch-budget", "watch-behind"})
 # States whose runners may still spend GPU minutes, and ends that came after they did.
 HOLDING = frozenset({"queued", "dispatched", "running", "ingesting"})
-ENDED_AFTER_DISPATCH = frozenset({"failed", "timed-out", "cancelled"})
+ENDED_AFTER_DISPATCH = frozenset({"failed", "timed-out", "cancelled", "superseded"})
 
 
 @dataclass(frozen=True)
@@ -131,25 +132,48 @@ def measured(s: Session, repo: str, head: str) -> bool:
 
 
 def minutes_today(s: Session, repo: str, now: dt.datetime) -> float:
-    """GPU minutes the watch of `repo` spent or holds in the last day, every GPU kind, both
-    sides and start-ups: as the bundles recorded them for a published verification; the
-    most it may spend (its cap, else what the last measured one spent) for one under way
-    or one that ended after dispatch without a bundle (its runners ran all the same)."""
+    """GPU minutes the watch of `repo` spent or holds in the last day (`spent`)."""
     since = now - dt.timedelta(days=1)
-    rows = s.scalars(
-        select(Verification)
-        .where(
-            Verification.repo == repo,
-            Verification.watch.is_(True),
-            Verification.created_at >= since,
+    return spent(
+        s.scalars(
+            select(Verification)
+            .where(
+                Verification.repo == repo,
+                Verification.watch.is_(True),
+                Verification.created_at >= since,
+            )
+            .order_by(Verification.created_at)
         )
-        .order_by(Verification.created_at)
     )
+
+
+def verify_minutes(s: Session, repo: str, number: int, now: dt.datetime) -> tuple[float, float]:
+    """GPU minutes `/rsi verify` spent or holds on PRs rsi-bot did not open (`spent`):
+    on PR `number`, and on all of `repo`'s in the last day."""
+    since = now - dt.timedelta(days=1)
+    adopted = select(Verification).join(
+        PullRequest,
+        (PullRequest.repo == Verification.repo) & (PullRequest.number == Verification.pr_number),
+    )
+    adopted = adopted.where(
+        Verification.repo == repo,
+        PullRequest.opened_by_app.is_(False),
+    ).order_by(Verification.created_at)
+    on_pr = spent(s.scalars(adopted.where(Verification.pr_number == number)))
+    today = spent(s.scalars(adopted.where(Verification.created_at >= since)))
+    return on_pr, today
+
+
+def spent(rows: Iterable[Verification]) -> float:
+    """GPU minutes of `rows` (oldest first), every GPU kind, both sides and start-ups: as
+    the bundles recorded them for a published verification; the most it may spend (its
+    cap, else what the last measured one spent) for one under way or one that ended after
+    dispatch without a bundle (its runners ran all the same)."""
     total, last = 0.0, 0.0
     for v in rows:
-        spent = _recorded_minutes(v.headline)
-        if spent is not None:
-            total, last = total + spent, spent
+        done = _recorded_minutes(v.headline)
+        if done is not None:
+            total, last = total + done, done
         elif v.state in HOLDING or (v.state in ENDED_AFTER_DISPATCH and v.dispatched_at):
             cap = v.gpu_budget_minutes
             total += cap * len(v.gpus or []) if cap is not None else last

@@ -13,6 +13,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from bot import services
+from bot.handlers import registry
 from bot.models import Delivery, Verification
 from evidence.render import COMMENT_MARKER, SECTION_END, SECTION_START
 from evidence.synth import BASE_SHA, HEAD_SHA
@@ -330,6 +331,9 @@ def test_app_manifest_asks_for_what_the_flows_need() -> None:
         "installation",
         "installation_repositories",
     }
+    # Every event the App asks for has a handler in the one table, and no handler waits
+    # for an event the App never receives.
+    assert {event for event, _ in registry.TABLE} == set(manifest["default_events"])
 
 
 @pytest.mark.parametrize(

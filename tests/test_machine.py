@@ -451,3 +451,30 @@ def test_job_helpers() -> None:
     changed = v.with_job(replace(v.jobs[0], state=M.JobState.RUNNING))
     assert changed.jobs[0].state == M.JobState.RUNNING
     assert changed.jobs[1] == v.jobs[1]
+
+
+def _measurement(
+    vid: str, head: str = "a" * 40, awaiting: bool = False, rounds: int = 5
+) -> M.Measurement:
+    return M.Measurement(
+        vid, head, "b" * 40, ("H200",), (rounds, False, None), ("streaming",), awaiting
+    )
+
+
+def test_a_request_for_the_same_measurement_joins_it() -> None:
+    active = (_measurement("v-old", head="c" * 40), _measurement("v-same"))
+    plan = M.plan_head(active, _measurement(""))
+    assert plan == M.HeadPlan(join="v-same", supersede=())
+
+
+def test_a_new_measurement_supersedes_every_active_one() -> None:
+    active = (_measurement("v-old", head="c" * 40), _measurement("v-fewer", rounds=3))
+    plan = M.plan_head(active, _measurement(""))
+    assert plan == M.HeadPlan(join=None, supersede=("v-old", "v-fewer"))
+
+
+def test_one_that_runs_never_joins_one_that_awaits_approval_nor_the_reverse() -> None:
+    waiting = (_measurement("v-waits", awaiting=True),)
+    assert M.plan_head(waiting, _measurement("")).join is None
+    running = (_measurement("v-runs"),)
+    assert M.plan_head(running, _measurement("", awaiting=True)) == M.HeadPlan(None, ("v-runs",))

@@ -309,6 +309,52 @@ def test_a_writer_has_any_pr_measured_with_rsi_verify(w: World) -> None:
     w.github.assert_clean()
 
 
+def test_a_triager_s_rsi_verify_waits_for_a_writer_s_approval(w: World) -> None:
+    number = _someones_pr(w)
+    w.github.set_permission(appkit.UPSTREAM, "triager-tia", "triage")
+    w.github.set_permission(appkit.UPSTREAM, WRITER, "write")
+    since = len(w.github.requests)
+    say(w, number, "/rsi verify", "c-triage", "triager-tia")
+    held = w.latest(number)
+    assert (held.head_sha, held.state) == ("e" * 40, "awaiting-approval")
+    assert w.github.dispatches == []  # nothing runs on a triager's word
+    [reply] = [b for b in comments_posted(w, since) if mentions(b, "triager-tia")]
+    assert "waits for a maintainer with write access" in reply
+    [run] = [r for r in w.github.check_runs.values() if r.head_sha == "e" * 40]
+    assert run.name == "rsi/verify"
+    say(w, number, "/rsi reverify", "c-approve")  # a writer approves that head
+    v = w.latest(number)
+    assert (v.head_sha, v.state) == ("e" * 40, "dispatched")
+    assert w.verification(held.id).state == "superseded"
+    w.github.assert_clean()
+
+
+def test_rsi_verify_stays_within_its_budgets_per_pr_and_per_day(w: World) -> None:
+    number = _someones_pr(w, CONFIG + "budget:\n  pr_gpu_minutes: 30\n  day_gpu_minutes: 50\n")
+    w.github.set_permission(appkit.UPSTREAM, WRITER, "write")
+    say(w, number, "/rsi verify", "c-1")
+    v = w.latest(number)
+    w.finish(v.id, base_sha=v.base_sha, head_sha=v.head_sha)
+    with w.svc.db.session() as s:  # its bundle recorded 40 GPU minutes
+        row = s.get(Verification, v.id)
+        assert row is not None
+        gm = {"base": 20.0, "head": 20.0, "total": 40.0}
+        row.headline = {g: {**h, "gpu_minutes": gm} for g, h in (row.headline or {}).items()}
+    since = len(w.github.requests)
+    say(w, number, "/rsi verify", "c-2")
+    [told] = [b for b in comments_posted(w, since) if mentions(b, WRITER)]
+    assert "has spent 40 of its 30 GPU minutes on this PR" in told
+    assert w.latest(number).id == v.id  # nothing new queued
+    other = _someones_pr(w, None)  # another PR: within its own 30, but the day's 50 hold
+    say(w, other, "/rsi verify", "c-3")
+    v2 = w.latest(other)
+    assert v2.state == "dispatched"  # 40 of 50 spent today: this one may run
+    say(w, other, "/rsi verify", "c-4")
+    [day] = [b for b in comments_posted(w, since) if "in the last day" in b]
+    assert "GPU minutes in the last day on PRs rsi-bot did not open" in day
+    w.github.assert_clean()
+
+
 def test_rsi_verify_by_a_reader_or_with_nothing_to_measure(w: World) -> None:
     number = _someones_pr(w, "gpus: [H200]\n")  # no task named, none measured yet
     w.github.set_permission(appkit.UPSTREAM, "reader-rae", "read")

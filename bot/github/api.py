@@ -141,6 +141,24 @@ def _pull(p: Any) -> Pull:
     )
 
 
+def _level(data: dict[str, Any]) -> str:
+    """The user's level from GitHub's answer: `permission` is the legacy base (a triager
+    reads as `read`, a maintainer as `write`; `role_name` may be a custom role's name), so
+    the user's own `permissions` flags decide where GitHub gives them."""
+    flags = (data.get("user") or {}).get("permissions")
+    if isinstance(flags, dict):
+        for flag, level in (
+            ("admin", "admin"),
+            ("maintain", "maintain"),
+            ("push", "write"),
+            ("triage", "triage"),
+            ("pull", "read"),
+        ):
+            if flags.get(flag) is True:
+                return level
+    return str(data.get("permission") or "none")
+
+
 def _error(exc: Exception) -> Exception:
     """GitHub's refusal or its absence as a `GitHubError`; anything else (a bug) as is."""
     if isinstance(exc, GithubException):
@@ -273,8 +291,7 @@ class GitHub:
             return hit[1]
         try:
             _, data = self.request(repo, "GET", f"/repos/{repo}/collaborators/{user}/permission")
-            # `permission` is the base level; `role_name` may be a custom role's name.
-            found = str(data.get("permission") or "none")
+            found = _level(data)
         except GitHubError as exc:
             if exc.status != 404:
                 raise

@@ -1,18 +1,8 @@
 """Webhook handlers, one module per feature, each `handler(ctx)`; they share no code
-with each other but `context` and `registry`."""
+with each other but `context`, and `registry` lists which takes which webhook."""
 
 from __future__ import annotations
 
-from bot.handlers import (  # noqa: F401  (registers the handlers)
-    closing,
-    commands,
-    installations,
-    pushes,
-    rerun,
-    reviews,
-    runs,
-    watch,
-)
 from bot.handlers.context import Context
 from bot.handlers.registry import handlers
 

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from bot.handlers.context import Context
-from bot.handlers.registry import on
 from bot.verification import machine as M
 from bot.verification import reasons as R
 from bot.verification import steps, store
 from bot.verification.reasons import Reason
 
 
-@on("pull_request", "closed")
 def closed(ctx: Context) -> None:
     pull = ctx.payload["pull_request"]
     with ctx.db.session() as s:
@@ -22,7 +20,6 @@ def closed(ctx: Context) -> None:
     steps.cancel_active(ctx.svc, ctx.repo, number, M.Cancel(Reason(R.PR_CLOSED, {"state": state})))
 
 
-@on("pull_request", "reopened")
 def reopened(ctx: Context) -> None:
     with ctx.db.session() as s:
         pr = store.pull_request(s, ctx.repo, ctx.payload["pull_request"]["number"])

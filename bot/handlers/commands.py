@@ -22,14 +22,14 @@ from statistics import median
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
-from bot import approvals, inquiries, messages, pull_writes
+from bot import approvals, inquiries, messages, pull_writes, watch
 from bot.commands import ANSWERS, Command, parse
 from bot.github.api import Pull
 from bot.handlers.context import Context
-from bot.handlers.registry import on
 from bot.models import RunnerJob, Verification, utcnow
-from bot.repo_config import Plan
+from bot.repo_config import Budget, Plan
 from bot.verification import machine as M
 from bot.verification import reasons as R
 from bot.verification import steps, store
@@ -61,7 +61,6 @@ def _written_at(comment: dict[str, Any]) -> dt.datetime | None:
     return t if t.tzinfo is not None else t.replace(tzinfo=dt.UTC)
 
 
-@on("issue_comment", "created")
 def commented(ctx: Context) -> None:
     comment, issue = ctx.payload["comment"], ctx.payload["issue"]
     if "pull_request" not in issue or (ctx.payload.get("sender") or {}).get("type") == "Bot":
@@ -114,8 +113,7 @@ def _command(ctx: Context, number: int, comment: dict[str, Any], cmd: Command) -
         permission = ctx.github.permission(ctx.repo, user, max_age_s=PERMISSION_AGE_S)
         if permission not in approvals.WRITERS:
             with ctx.db.session() as s:
-                approvals.refuse(s, ctx.repo, comment_id, permission)
-                pull_writes.comment(s, ctx.repo, number, messages.refusal(user, ctx.repo))
+                _refuse(ctx, s, number, comment_id, user, permission)
             return
     if cmd.errors or cmd.name == "help":
         _say(ctx, number, messages.help_text(cmd.errors))
@@ -127,6 +125,25 @@ def _command(ctx: Context, number: int, comment: dict[str, Any], cmd: Command) -
     reply = act(ctx, number, user, cmd, said)
     if reply is not None:
         _say(ctx, number, reply)
+
+
+def _take(ctx: Context, s: Session, number: int, comment_id: int, user: str) -> bool:
+    """Claim the comment (a comment acts once: False when it did already) and acknowledge
+    it with a reaction, carried out after the session commits."""
+    delivery = ctx.delivery_id or f"comment:{comment_id}"
+    if not approvals.claim_comment(s, ctx.repo, number, comment_id, delivery, user):
+        log.info("%s#%s: comment %s acted on already", ctx.repo, number, comment_id)
+        return False
+    pull_writes.react(s, ctx.repo, number, comment_id, "eyes")
+    return True
+
+
+def _refuse(
+    ctx: Context, s: Session, number: int, comment_id: int, user: str, permission: str | None
+) -> None:
+    """Refuse a user without the access a command needs: told who may, once an hour."""
+    approvals.refuse(s, ctx.repo, comment_id, permission or "none")
+    pull_writes.comment(s, ctx.repo, number, messages.refusal(user, ctx.repo))
 
 
 def _adopt(ctx: Context, number: int, comment: dict[str, Any], cmd: Command) -> None:
@@ -141,7 +158,9 @@ def _adopt(ctx: Context, number: int, comment: dict[str, Any], cmd: Command) -> 
             return  # refused within the hour: no lookup, reaction or reply this time
     permission = ctx.github.permission(ctx.repo, user, max_age_s=0.0)
     writer = permission in approvals.WRITERS
-    p = ctx.github.pull(ctx.repo, number) if writer else None
+    # A triager's request is queued for a writer's approval: it runs nothing by itself.
+    asks = writer or permission == "triage"
+    p = ctx.github.pull(ctx.repo, number) if asks else None
     facts = None
     if p is not None and p.state == "open" and p.head_repo:
         facts = steps.PullFacts(
@@ -150,15 +169,12 @@ def _adopt(ctx: Context, number: int, comment: dict[str, Any], cmd: Command) -> 
         steps.track_pull(ctx.svc, ctx.repo, facts)
     with ctx.pull_lease(number) if facts is not None else nullcontext():
         with ctx.db.session() as s:
-            delivery = ctx.delivery_id or f"comment:{comment_id}"
-            if not approvals.claim_comment(s, ctx.repo, number, comment_id, delivery, user):
+            if not _take(ctx, s, number, comment_id, user):
                 return
-            pull_writes.react(s, ctx.repo, number, comment_id, "eyes")
-            if not writer:
-                approvals.refuse(s, ctx.repo, comment_id, permission)
-                pull_writes.comment(s, ctx.repo, number, messages.refusal(user, ctx.repo))
+            if not asks:
+                _refuse(ctx, s, number, comment_id, user, permission)
                 return
-        _say(ctx, number, _verify_pull(ctx, user, comment_id, cmd, p, facts))
+        _say(ctx, number, _verify_pull(ctx, user, comment_id, cmd, p, facts, approved=writer))
 
 
 def _answer(ctx: Context, number: int, comment: dict[str, Any], answer: str) -> None:
@@ -171,13 +187,10 @@ def _answer(ctx: Context, number: int, comment: dict[str, Any], answer: str) -> 
     allowed = ctx.config().allows(user)
     permission = None if allowed else ctx.github.permission(ctx.repo, user, max_age_s=0.0)
     with ctx.db.session() as s:
-        delivery = ctx.delivery_id or f"comment:{comment_id}"
-        if not approvals.claim_comment(s, ctx.repo, number, comment_id, delivery, user):
+        if not _take(ctx, s, number, comment_id, user):
             return
-        pull_writes.react(s, ctx.repo, number, comment_id, "eyes")
         if not allowed and permission not in approvals.WRITERS:
-            approvals.refuse(s, ctx.repo, comment_id, permission or "none")
-            pull_writes.comment(s, ctx.repo, number, messages.refusal(user, ctx.repo))
+            _refuse(ctx, s, number, comment_id, user, permission)
             return
         q = inquiries.triage(s, ctx.repo, number, answer, user)
         reply = messages.triaged(user, answer, q) if q else messages.no_alert(user)
@@ -191,8 +204,12 @@ def _verify_pull(
     cmd: Command,
     pull: Pull | None,
     facts: steps.PullFacts | None,
+    *,
+    approved: bool,
 ) -> str:
-    """The measurement a writer's `/rsi verify` asked for, queued or joined; the reply."""
+    """The measurement `/rsi verify` asked for, queued (held for a writer's approval when
+    `approved` is false) or joined, within the repository's `/rsi verify` budgets; the
+    reply."""
     if cmd.errors:
         return messages.help_text(cmd.errors)
     if pull is None or facts is None:
@@ -203,13 +220,36 @@ def _verify_pull(
     plan = found.config.plan(gpus=cmd.gpus or None, rounds=cmd.rounds)
     if not isinstance(plan, Plan):
         return messages.refused(user, plan)
+    over = _over_budget(ctx, pull.number, found.config.budget)
+    if over is not None:
+        return messages.verify_budget(user, *over)
     got = steps.verify_pull(
-        ctx.svc, ctx.repo, facts, plan, config=found.config, user=user, comment_id=comment_id
+        ctx.svc,
+        ctx.repo,
+        facts,
+        plan,
+        config=found.config,
+        user=user,
+        comment_id=comment_id,
+        approved=approved,
     )
     if got is None:
         return messages.no_task(user)
     v, joined = got
-    return messages.reverify_joined(user, v, True) if joined else messages.reverify_queued(user, v)
+    if joined:
+        return messages.reverify_joined(user, v, True)
+    return messages.reverify_queued(user, v) if approved else messages.verify_held(user, v)
+
+
+def _over_budget(ctx: Context, number: int, budget: Budget) -> tuple[str, str, str] | None:
+    """(which, spent, budget) when `/rsi verify` spent its minutes on this PR or today."""
+    with ctx.db.session() as s:
+        on_pr, today = watch.verify_minutes(s, ctx.repo, number, utcnow())
+    if on_pr >= budget.pr_gpu_minutes:
+        return "pr", f"{on_pr:.0f}", f"{budget.pr_gpu_minutes:g}"
+    if today >= budget.day_gpu_minutes:
+        return "day", f"{today:.0f}", f"{budget.day_gpu_minutes:g}"
+    return None
 
 
 def _say(ctx: Context, number: int, body: str) -> None:
@@ -227,6 +267,12 @@ def _reverify(ctx: Context, number: int, user: str, cmd: Command, said: Said) ->
     plan = config.plan(gpus=gpus or None, rounds=cmd.rounds)
     if not isinstance(plan, Plan):
         return messages.refused(user, plan)
+    with ctx.db.session() as s:
+        pr = store.pull_request(s, ctx.repo, number)
+        adopted = pr is not None and not pr.opened_by_app
+    over = _over_budget(ctx, number, config.budget) if adopted else None
+    if over is not None:
+        return messages.verify_budget(user, *over)
     pull = ctx.github.pull(ctx.repo, number)
     head = pull.head_sha
     with ctx.db.session() as s:
@@ -312,10 +358,7 @@ def _cancel(ctx: Context, number: int, user: str, cmd: Command, said: Said) -> s
     return messages.cancelled(user, ids) if ids else messages.nothing_running(user)
 
 
-def _expected_gpu_minutes(s: object, task: str) -> float | None:
-    from sqlalchemy.orm import Session
-
-    assert isinstance(s, Session)
+def _expected_gpu_minutes(s: Session, task: str) -> float | None:
     rows = s.execute(
         select(RunnerJob.dispatched_at, RunnerJob.completed_at)
         .join(Verification)

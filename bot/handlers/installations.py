@@ -7,7 +7,6 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from bot.handlers.context import Context
-from bot.handlers.registry import on
 from bot.models import Installation
 
 
@@ -24,7 +23,6 @@ def _row(s: Session, inst: dict[str, Any], repos: list[str]) -> Installation:
     return row
 
 
-@on("installation")
 def installation(ctx: Context) -> None:
     inst = ctx.payload["installation"]
     action = ctx.payload.get("action")
@@ -36,7 +34,6 @@ def installation(ctx: Context) -> None:
             row.repositories = repos
 
 
-@on("installation_repositories")
 def installation_repositories(ctx: Context) -> None:
     inst = ctx.payload["installation"]
     added = [r["full_name"] for r in ctx.payload.get("repositories_added") or []]

@@ -24,7 +24,6 @@ from bot import approvals, messages, pull_writes
 from bot.approvals import Outsider
 from bot.github.api import CommitPeople, Commits, GitHubError
 from bot.handlers.context import Context
-from bot.handlers.registry import on
 from bot.models import Delivery, utcnow
 from bot.repo_config import RepoConfig
 from bot.verification import steps, store
@@ -70,13 +69,10 @@ def _record(ctx: Context, pull: dict[str, Any]) -> bool:
     return True
 
 
-@on("pull_request", "opened")
-@on("pull_request", "reopened")
 def head_seen(ctx: Context) -> None:
     _record(ctx, ctx.payload["pull_request"])
 
 
-@on("pull_request", "synchronize")
 def pushed(ctx: Context) -> None:
     pull, sender = ctx.payload["pull_request"], ctx.sender
     sha, number = pull["head"]["sha"], pull["number"]

@@ -11,7 +11,6 @@ import logging
 from bot import approvals
 from bot.github.api import APPROVE_ACTION, CHECK_NAME
 from bot.handlers.context import Context
-from bot.handlers.registry import on
 from bot.models import PullRequest
 from bot.repo_config import Plan
 from bot.verification import machine as M
@@ -20,7 +19,6 @@ from bot.verification import steps, store
 log = logging.getLogger(__name__)
 
 
-@on("check_run", "rerequested")
 def rerun(ctx: Context) -> None:
     run = ctx.payload["check_run"]
     if run.get("name") != CHECK_NAME:
@@ -46,7 +44,6 @@ def rerun(ctx: Context) -> None:
     _verify(ctx, number, sha, sender, f"Re-run by @{sender}", config.plan_like(prev_gpus))
 
 
-@on("check_run", "requested_action")
 def approve_pressed(ctx: Context) -> None:
     """Approve and verify: the check run's verification (its `external_id`) awaited
     approval of its head SHA. A writer's press (permission asked afresh) approves exactly

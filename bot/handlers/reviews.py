@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 from bot.handlers.context import Context
-from bot.handlers.registry import on
 from bot.verification import store
 
 
-@on("pull_request_review", "submitted")
 def reviewed(ctx: Context) -> None:
     if str((ctx.payload.get("review") or {}).get("state", "")).lower() != "changes_requested":
         return

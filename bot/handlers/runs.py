@@ -14,7 +14,6 @@ import logging
 from typing import Any
 
 from bot.handlers.context import Context
-from bot.handlers.registry import on
 from bot.verification import machine as M
 from bot.verification import steps, store
 from bot.verification.effects import RUN_NAME
@@ -62,19 +61,16 @@ def _match(ctx: Context, run: dict[str, Any], *, learn: bool) -> tuple[str, str]
     return found
 
 
-@on("workflow_run", "requested")
 def run_requested(ctx: Context) -> None:
     _match(ctx, ctx.payload["workflow_run"], learn=True)
 
 
-@on("workflow_run", "in_progress")
 def run_started(ctx: Context) -> None:
     found = _match(ctx, ctx.payload["workflow_run"], learn=True)
     if found:
         steps.apply(ctx.svc, found[0], M.RunStarted(found[1]))
 
 
-@on("workflow_run", "completed")
 def run_completed(ctx: Context) -> None:
     run = ctx.payload["workflow_run"]
     found = _match(ctx, run, learn=True)
@@ -83,7 +79,6 @@ def run_completed(ctx: Context) -> None:
         steps.apply(ctx.svc, found[0], M.RunCompleted(found[1], conclusion, run.get("html_url")))
 
 
-@on("workflow_job", "in_progress")
 def job_started(ctx: Context) -> None:
     """A job picked up by a runner: the run is really running."""
     job = ctx.payload["workflow_job"]

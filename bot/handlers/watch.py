@@ -8,14 +8,12 @@ from __future__ import annotations
 import logging
 
 from bot.handlers.context import Context
-from bot.handlers.registry import on
 from bot.verification import steps
 
 log = logging.getLogger(__name__)
 ZERO = "0" * 40
 
 
-@on("push")
 def pushed(ctx: Context) -> None:
     p = ctx.payload
     repository = p.get("repository") or {}

@@ -655,3 +655,51 @@ def _told(v: Verification, but: str | None = None) -> list[Effect]:
     """One reply to each login that asked (`requested_by`, space-separated), except
     `but`, who cancelled it and is answered by the command."""
     return [Notify(u) for u in (v.requested_by or "").split() if u != but]
+
+
+# --------------------------------------------------------------------------- a PR's head
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What a verification of a PR measures, as far as joining one goes: head, base, GPU
+    kinds, how many rounds (fixed, or until decided with its cap and budget), modes, and
+    whether it awaits approval (runs nothing)."""
+
+    id: str
+    head_sha: str
+    base_sha: str
+    gpus: tuple[str, ...]
+    how_many: tuple[int, bool, float | None]
+    modes: tuple[str, ...]
+    awaiting: bool
+
+
+@dataclass(frozen=True)
+class HeadPlan:
+    """A request to measure a PR's head: the active verification it joins (the same
+    measurement), or a new one that supersedes every active verification of the PR."""
+
+    join: str | None
+    supersede: tuple[str, ...]
+
+
+def plan_head(active: tuple[Measurement, ...], wanted: Measurement) -> HeadPlan:
+    """Join the active verification that measures exactly what is wanted (one that runs
+    never joins one that awaits approval, nor the other way round); else a new one
+    supersedes them all, older heads and other measurements of this head alike."""
+    same = (wanted.head_sha, wanted.base_sha, wanted.gpus, wanted.how_many, wanted.modes)
+    for v in active:
+        if (
+            v.awaiting == wanted.awaiting
+            and (
+                v.head_sha,
+                v.base_sha,
+                v.gpus,
+                v.how_many,
+                v.modes,
+            )
+            == same
+        ):
+            return HeadPlan(join=v.id, supersede=())
+    return HeadPlan(join=None, supersede=tuple(v.id for v in active))

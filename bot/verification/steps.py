@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from sqlalchemy import select
@@ -19,7 +19,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from bot import approvals, inquiries, observability, watch
-from bot.models import Effect, Verification, utcnow
+from bot.models import Effect, PullRequest, Verification, utcnow
 from bot.repo_config import Plan, RepoConfig
 from bot.verification import machine as M
 from bot.verification import reasons as R
@@ -252,75 +252,34 @@ def verify_head(
         if prev is None or pr is None:
             return None
         base = base_sha or prev.base_sha
-        wanted = (
-            head_sha,
-            base,
-            sorted(g.upper() for g in gpus),
-            (rounds, adaptive, gpu_minutes),
-            sorted(modes),
+        wanted = M.Measurement(
+            id="",
+            head_sha=head_sha,
+            base_sha=base,
+            gpus=tuple(sorted(g.upper() for g in gpus)),
+            how_many=(rounds, adaptive, gpu_minutes),
+            modes=tuple(sorted(modes)),
+            awaiting=awaiting is not None,
         )
-        for v in store.active(s, repo, number):
-            if (v.state == M.State.AWAITING_APPROVAL.value) != (awaiting is not None):
-                continue  # a measurement under way is never one that awaits approval
-            how_many = (v.rounds, bool(v.adaptive), v.gpu_budget_minutes)
-            if (v.head_sha, v.base_sha, sorted(v.gpus), how_many, sorted(v.modes)) == wanted:
-                joined: str | None = v.id
-                break
-        else:
-            joined = None
-    if joined is not None:
+        plan = M.plan_head(tuple(_measurement(v) for v in store.active(s, repo, number)), wanted)
+        if plan.join is None:
+            asked = _next_of(prev, pr, wanted, trigger, requested_by, review_round)
+            new = store.create(s, replace(asked, gpus=gpus, modes=modes))
+            if awaiting is not None:
+                store.first_step(s, new, M.AwaitApproval(head_sha, awaiting))
+            new_id = new.id
+    if plan.join is not None:
         # The same measurement is under way: whoever asks is told when it ends (an event,
         # so that an end written meanwhile tells them too).
         if requested_by:
-            apply(svc, joined, M.AlsoAsked(requested_by))
+            apply(svc, plan.join, M.AlsoAsked(requested_by))
         with svc.db.session() as s:
-            return store.get(s, joined)
-    with svc.db.session() as s:
-        prev = store.latest(s, repo, number)
-        pr = store.pull_request(s, repo, number)
-        if prev is None or pr is None:
-            return None
-        cand = dict(prev.candidate)
-        cand["head"] = {
-            **cand.get("head", {}),
-            "sha": head_sha,
-            "repo": pr.head_repo,
-            "ref": pr.head_ref,
-        }
-        cand["base_sha"] = base
-        new = store.create(
-            s,
-            store.NewVerification(
-                repo=repo,
-                pr_number=number,
-                task=prev.task,
-                base_sha=base,
-                head_sha=head_sha,
-                head_repo=pr.head_repo,
-                head_ref=pr.head_ref,
-                gpus=gpus,
-                rounds=rounds,
-                adaptive=adaptive,
-                gpu_minutes=gpu_minutes,
-                modes=modes,
-                candidate=cand,
-                candidate_id=prev.candidate_id,
-                trigger=trigger,
-                requested_by=requested_by,
-                review_round=review_round,
-                installation_id=prev.installation_id,
-                held=awaiting is not None,
-            ),
-        )
-        if awaiting is not None:
-            store.first_step(s, new, M.AwaitApproval(head_sha, awaiting))
-        older = [v.id for v in store.active(s, repo, number) if v.id != new.id]
-    new_id = new.id
+            return store.get(s, plan.join)
 
     def mark(s: Session, old: Verification) -> None:
         old.superseded_by = new_id
 
-    for vid in older:
+    for vid in plan.supersede:
         apply(svc, vid, M.Supersede(new_id, head_sha), mark)
     log.info("%s of %s#%s at %s (%s)", new.id, repo, number, head_sha[:10], trigger)
     if awaiting is not None:
@@ -328,6 +287,60 @@ def verify_head(
     else:
         svc.queue.start(new_id)
     return new
+
+
+def _measurement(v: Verification) -> M.Measurement:
+    return M.Measurement(
+        id=v.id,
+        head_sha=v.head_sha,
+        base_sha=v.base_sha,
+        gpus=tuple(sorted(v.gpus)),
+        how_many=(v.rounds, bool(v.adaptive), v.gpu_budget_minutes),
+        modes=tuple(sorted(v.modes)),
+        awaiting=v.state == M.State.AWAITING_APPROVAL.value,
+    )
+
+
+def _next_of(
+    prev: Verification,
+    pr: PullRequest,
+    wanted: M.Measurement,
+    trigger: str,
+    requested_by: str | None,
+    review_round: bool,
+) -> store.NewVerification:
+    """A copy of the PR's last verification's candidate with the new head and base (GPU
+    kinds and modes as `wanted` sorts them: the caller gives them in its own order)."""
+    cand = dict(prev.candidate)
+    cand["head"] = {
+        **cand.get("head", {}),
+        "sha": wanted.head_sha,
+        "repo": pr.head_repo,
+        "ref": pr.head_ref,
+    }
+    cand["base_sha"] = wanted.base_sha
+    rounds, adaptive, gpu_minutes = wanted.how_many
+    return store.NewVerification(
+        repo=prev.repo,
+        pr_number=pr.number,
+        task=prev.task,
+        base_sha=wanted.base_sha,
+        head_sha=wanted.head_sha,
+        head_repo=pr.head_repo,
+        head_ref=pr.head_ref,
+        gpus=list(wanted.gpus),
+        rounds=rounds,
+        adaptive=adaptive,
+        gpu_minutes=gpu_minutes,
+        modes=list(wanted.modes),
+        candidate=cand,
+        candidate_id=prev.candidate_id,
+        trigger=trigger,
+        requested_by=requested_by,
+        review_round=review_round,
+        installation_id=prev.installation_id,
+        held=wanted.awaiting,
+    )
 
 
 def cancel_active(svc: StepPorts, repo: str, number: int, event: M.Cancel) -> list[str]:
@@ -463,11 +476,13 @@ def verify_pull(
     config: RepoConfig,
     user: str,
     comment_id: int,
+    approved: bool = True,
 ) -> tuple[Verification, bool] | None:
     """Queue a verification of a tracked PR's head against its base branch's tip, on the
-    first task the repository watches (approved by `user`, a writer, for the runners), or
-    join the one of that head under way; (it, whether joined), or None when there is no
-    task to measure. The caller holds the PR's lease."""
+    first task the repository watches (approved by `user`, a writer, for the runners; held
+    for a writer's approval when not `approved`), or join the one of that head under way;
+    (it, whether joined), or None when there is no task to measure. The caller holds the
+    PR's lease."""
     now = utcnow()
     with svc.db.session() as s:
         p = watch.plan(s, repo, config, even_if_off=True)
@@ -487,7 +502,8 @@ def verify_pull(
             return (found, True) if found is not None else None
     with svc.db.session() as s:
         approvals.record_head(s, repo, pull.number, pull.head_sha, f"read:{comment_id}", now)
-        approvals.approve(s, repo, pull.number, pull.head_sha, user)
+        if approved:
+            approvals.approve(s, repo, pull.number, pull.head_sha, user)
         new = _fresh(
             s,
             repo=repo,
@@ -502,9 +518,15 @@ def verify_pull(
             trigger="/rsi verify by @" + user,
             pr_number=pull.number,
             requested_by=user,
+            held=not approved,
         )
+        if not approved:  # runs nothing until a writer approves this head
+            store.first_step(s, new, M.AwaitApproval(pull.head_sha, ""))
         vid = new.id
-    svc.queue.start(vid)
+    if approved:
+        svc.queue.start(vid)
+    else:
+        svc.queue.drain(vid)
     with svc.db.session() as s:
         made = store.get(s, vid)
         return (made, False) if made is not None else None
@@ -527,6 +549,7 @@ def _fresh(
     requested_by: str | None = None,
     installation_id: int | None = None,
     watch: bool = False,
+    held: bool = False,
 ) -> Verification:
     """A verification with no candidate before it (a push to main, a PR rsi-bot did not
     open): its candidate record is written from what is measured."""
@@ -560,5 +583,6 @@ def _fresh(
             requested_by=requested_by,
             installation_id=installation_id,
             watch=watch,
+            held=held,
         ),
     )
