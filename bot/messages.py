@@ -390,12 +390,15 @@ def nothing_to_repeat(user: str) -> str:
     return _say("nothing_to_repeat", user)
 
 
-def status_reply(v: Verification, user: str, queued: str, expected: float | None) -> str:
+def status_reply(
+    v: Verification, user: str, queued_s: float, so_far: bool, expected: float | None
+) -> str:
+    """`/rsi status`: `queued_s` seconds queued (`so_far`: still queued)."""
     why = Markup(end_reason(v) if State(v.state).final and v.state != State.PUBLISHED.value else "")
-    if v.state == State.PUBLISHED.value:
-        claim = CLAIM_WORDS.get(v.claim_status or "none", "")
-        why = inert.text(f"{v.verdict}: {v.reason or ''}; {claim}")
-    return _say("status_reply", user, v, why, queued, expected, jobs(v), gpu_time(v))
+    claim = CLAIM_WORDS.get(v.claim_status or "none", "")
+    return _say(
+        "status_reply", user, v, why, claim, queued_s, so_far, expected, jobs(v), gpu_time(v)
+    )
 
 
 def nothing_verified(user: str) -> str:

@@ -92,6 +92,7 @@ def _env() -> Environment:
         {
             "pct": _safe(fmt_pct),
             "interval": _safe(fmt_interval),
+            "duration": _safe(fmt_duration),
             "num": _safe(fmt_value),
             "p": _p,
             "nr": not_recorded,
@@ -220,6 +221,17 @@ def fmt_pct(x: float | None) -> str:
     if round(x, 1) == 0:
         return "+0.0%"
     return f"{x:+.1f}%"
+
+
+def fmt_duration(seconds: float | None) -> str:
+    """A span of time as people say it: "45 s", "12 min", "2.5 h"."""
+    if seconds is None or not math.isfinite(seconds) or seconds < 0:
+        return "n/a"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def fmt_interval(lo: float | None, hi: float | None) -> str:

@@ -26,7 +26,7 @@ from tests.test_runner_verify import CANDIDATE_PYTHON, FAKE_SMI, ROOT, git, runn
 from tests.test_watch import push
 from tests.worlds import World, world
 
-CONFIG = "gpus: [H200]\nrounds: 4\nmodes: [non-streaming]\nwatch:\n  tasks: [dry]\n"
+CONFIG = "gpus: [H100]\nrounds: 4\nmodes: [non-streaming]\nwatch:\n  tasks: [dry]\n"
 SLOWER = {"speed": 0.92}  # −8% throughput from the fifth merge on
 
 
@@ -68,7 +68,7 @@ def measure(w: World, repo: Path, v: Verification, tmp: Path) -> None:
         "runners",
         "verify",
         *("--repo", str(repo), "--base", v.base_sha, "--head", v.head_sha),
-        *("--task", "dry", "--gpu", "h200", "--rounds", "4", "--modes", "non-streaming"),
+        *("--task", "dry", "--gpu", "h100", "--rounds", "4", "--modes", "non-streaming"),
         *("--requests", "24", "--out", str(out), "--workdir", str(tmp / f"work-{v.id}")),
         *("--prelaunch-window", "0.1", "--sample-interval", "0.2"),
         *("--verification-id", v.id, "--repo-name", appkit.UPSTREAM),
@@ -113,7 +113,9 @@ def test_the_runner_on_the_dry_task_bisects_a_planted_regression_to_its_pr(
         assert measured <= 6, "more verifications than the push, a rerun and 3 steps"
     with w.svc.db.session() as s:
         [q] = s.scalars(select(Inquiry)).all()
-    assert q.state == "alerted", (q.steps, q.end_reason)
+    with w.svc.db.session() as s:
+        why = [(v.id, v.verdict, v.reason) for v in s.scalars(select(Verification))]
+    assert q.state == "alerted", (q.steps, q.end_reason, why)
     assert (q.culprit_sha, q.culprit_pr) == (shas[4], 64)
     assert [st["kind"] for st in q.steps].count("bisect") <= 3
     alerts = [c for c in w.github.comments_on(appkit.UPSTREAM, 64) if "regression" in c.body]

@@ -345,11 +345,9 @@ def _status(ctx: Context, number: int, user: str, cmd: Command, said: Said) -> s
             return messages.nothing_verified(user)
         _ = list(v.jobs)
         end = store.aware(v.dispatched_at) if v.dispatched_at else utcnow()
-        queued = _human((end - store.aware(v.created_at)).total_seconds())
-        if v.dispatched_at is None:
-            queued += " so far"
+        queued = (end - store.aware(v.created_at)).total_seconds()
         expected = _expected_gpu_minutes(s, v.task)
-        return messages.status_reply(v, user, queued, expected)
+        return messages.status_reply(v, user, queued, v.dispatched_at is None, expected)
 
 
 def _cancel(ctx: Context, number: int, user: str, cmd: Command, said: Said) -> str:
@@ -368,11 +366,3 @@ def _expected_gpu_minutes(s: Session, task: str) -> float | None:
     ).all()
     spans = [(store.aware(b) - store.aware(a)).total_seconds() / 60 for a, b in rows if a and b]
     return median(spans) if spans else None
-
-
-def _human(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    return f"{dt.timedelta(seconds=seconds).total_seconds() / 3600:.1f} h"
