@@ -6,15 +6,12 @@ is retried (the lease of a killed worker runs out)."""
 
 from __future__ import annotations
 
-import datetime as dt
-import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from sqlalchemy import update
-
+from bot import leases
 from bot.db import Database
-from bot.models import PullRequest, utcnow
+from bot.models import PullRequest
 
 
 class Busy(Exception):
@@ -23,31 +20,11 @@ class Busy(Exception):
 
 @contextmanager
 def held(db: Database, repo: str, number: int, lease_s: int) -> Iterator[None]:
-    now, token = utcnow(), secrets.token_hex(8)
-    with db.session() as s:
-        got = s.execute(
-            update(PullRequest)
-            .where(
-                PullRequest.repo == repo,
-                PullRequest.number == number,
-                (PullRequest.lease_until.is_(None)) | (PullRequest.lease_until < now),
-            )
-            .values(lease_until=now + dt.timedelta(seconds=lease_s), lease_owner=token)
-            .execution_options(synchronize_session=False)
-        ).rowcount  # type: ignore[attr-defined]
-    if not got:
+    where = (PullRequest.repo == repo) & (PullRequest.number == number)
+    token = leases.take(db, PullRequest, where, lease_s)
+    if token is None:
         raise Busy(f"{repo}#{number}: another command of this PR is being acted on")
     try:
         yield
     finally:
-        with db.session() as s:
-            s.execute(
-                update(PullRequest)
-                .where(
-                    PullRequest.repo == repo,
-                    PullRequest.number == number,
-                    PullRequest.lease_owner == token,
-                )
-                .values(lease_until=None, lease_owner=None)
-                .execution_options(synchronize_session=False)
-            )
+        leases.give_back(db, PullRequest, where, token)

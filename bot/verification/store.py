@@ -22,6 +22,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
+from bot import leases
 from bot.db import Database
 from bot.models import (
     ACTIVE_STATES,
@@ -277,42 +278,18 @@ def claim(db: Database, vid: str, lease_s: int) -> str | None:
     """Take the verification's lease in a transaction of its own (visible while the
     effects are carried out); its token, or None when another worker holds it. An
     expired lease is the reconciler's cue."""
-    now, token = utcnow(), secrets.token_hex(8)
-    with db.session() as s:
-        got = s.execute(
-            update(Verification)
-            .where(
-                Verification.id == vid,
-                (Verification.lease_until.is_(None)) | (Verification.lease_until < now),
-            )
-            .values(lease_until=now + dt.timedelta(seconds=lease_s), lease_owner=token)
-            .execution_options(synchronize_session=False)
-        ).rowcount  # type: ignore[attr-defined]
-    return token if got else None
+    return leases.take(db, Verification, Verification.id == vid, lease_s)
 
 
 def renew(db: Database, vid: str, token: str, lease_s: int) -> bool:
     """Extend the lease before each effect; False when it was lost (it expired and
     another worker took it): then stop, that worker carries on."""
-    with db.session() as s:
-        got = s.execute(
-            update(Verification)
-            .where(Verification.id == vid, Verification.lease_owner == token)
-            .values(lease_until=utcnow() + dt.timedelta(seconds=lease_s))
-            .execution_options(synchronize_session=False)
-        ).rowcount  # type: ignore[attr-defined]
-    return bool(got)
+    return leases.renew(db, Verification, Verification.id == vid, token, lease_s)
 
 
 def release(db: Database, vid: str, token: str) -> None:
     """Give the lease back, if it is still ours."""
-    with db.session() as s:
-        s.execute(
-            update(Verification)
-            .where(Verification.id == vid, Verification.lease_owner == token)
-            .values(lease_until=None, lease_owner=None)
-            .execution_options(synchronize_session=False)
-        )
+    leases.give_back(db, Verification, Verification.id == vid, token)
 
 
 # ----------------------------------------------------------------------- queries
