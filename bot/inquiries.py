@@ -434,9 +434,13 @@ class AlertView:
     commits: int
     steps: list[StepView]
     history_url: str
+    # The narrowest measured range that ends at the culprit and held the change: its
+    # interval names the culprit's change (a range of one commit when bisection ended so).
+    culprit_step: StepView | None = None
 
 
 def alert_view(svc: StepPorts, q: Inquiry, series: Series) -> AlertView:
+    culprit = q.culprit_sha or q.hi_sha
     steps = [
         StepView(
             kind=str(st.get("kind")),
@@ -458,7 +462,7 @@ def alert_view(svc: StepPorts, q: Inquiry, series: Series) -> AlertView:
         gpu=series.gpu,
         mode=series.mode,
         metric=series.metric,
-        culprit=q.culprit_sha or q.hi_sha,
+        culprit=culprit,
         culprit_pr=q.culprit_pr,
         good=q.good_sha,
         bad=q.bad_sha,
@@ -466,6 +470,9 @@ def alert_view(svc: StepPorts, q: Inquiry, series: Series) -> AlertView:
         steps=steps,
         history_url=svc.history_url(q.repo, task=q.task, gpu=series.gpu, mode=series.mode)
         + f"#series-{series.id}",
+        culprit_step=next(
+            (s for s in reversed(steps) if s.head == culprit and s.change_pct is not None), None
+        ),
     )
 
 

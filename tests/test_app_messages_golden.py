@@ -355,7 +355,9 @@ def alerts() -> str:
         steps=steps,
         history_url=URL,
     )
-    single = dataclasses.replace(view, commits=1, culprit_pr=None, steps=steps[:1])
+    single = dataclasses.replace(
+        view, commits=1, culprit_pr=None, steps=steps[:1], culprit_step=steps[0]
+    )
     inquiry = Inquiry(culprit_sha=SHA)
     return joined(
         messages.alert(view, WORDS),

@@ -117,6 +117,8 @@ def test_a_planted_regression_among_eight_merges_is_bisected_to_its_pr_and_alert
     body = alerts[0].body
     assert CULPRIT[:10] in body
     assert "cc @alice" in body
+    # The culprit's change, from the narrowest measured range ending at it.
+    assert f"..`{CULPRIT[:10]}`)" in body
     assert "/rsi false-alarm" in body
     assert w.github.pulls[appkit.UPSTREAM.lower()][44].labels == ["perf-regression"]
     for n in range(40, 48):
