@@ -72,7 +72,7 @@ CODES = (
     "watch-behind",
 )
 NAMES = ("gpu", "conclusion", "minutes", "artifact", "user", "state", "id", "sha", "step")
-NAMES += ("tip", "branch", "head", "pusher", "spent", "budget")
+NAMES += ("tip", "branch", "head", "pusher", "spent", "budget", "field", "got", "want", "detail")
 PARAMS = dict.fromkeys(NAMES, WORDS) | {"url": URL, "problem": WORDS + LONG, "error": WORDS + LONG}
 PARAMS["attempts"] = WORDS
 
@@ -128,7 +128,15 @@ def joined(*texts: str) -> str:
 
 
 def reasons() -> str:
-    return joined(*(messages.reason(reason(code)) for code in CODES))
+    """Every code, then each kind of rejected bundle (`what`)."""
+    bundles = [
+        Reason("bundle-rejected", dict(PARAMS) | {"what": what})
+        for what in ("unreadable", "field", "side", "gpu")
+    ]
+    bundles.append(Reason("bundle-rejected", dict(PARAMS) | {"what": "gpu", "got": ""}))
+    return joined(
+        *(messages.reason(reason(code)) for code in CODES), *map(messages.reason, bundles)
+    )
 
 
 def reasons_plain() -> str:

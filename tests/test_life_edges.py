@@ -14,9 +14,12 @@ from pathlib import Path
 import orjson
 import pytest
 
+from bot import messages
 from bot.models import RunnerJob, Verification
 from bot.repo_config import RepoConfig
 from bot.verification import effects as E
+from bot.verification import reasons as R
+from bot.verification.reasons import Reason
 from evidence.render import COMMENT_MARKER
 from evidence.synth import BASE_SHA, HEAD_SHA
 from tests import appkit
@@ -115,7 +118,7 @@ def test_a_bundle_in_a_folder_is_read_and_checked(w: World) -> None:
     )
     w.complete(vid, "H200")
     w.settle()
-    assert "it is for GPU 'H100', expected H200" in w.reason(vid)
+    assert "it is for GPU `H100`, expected `H200`" in w.reason(vid)
 
 
 def test_a_malformed_config_is_said_once_and_the_defaults_apply(w: World) -> None:
@@ -217,14 +220,19 @@ def _zip(tmp: Path, manifest: object, *names: str) -> Path:
     return path
 
 
+def rejected(problem: dict[str, str]) -> str:
+    """The reason a rejected bundle is given, as the App words it."""
+    return messages.reason(Reason(R.BUNDLE_REJECTED, {"gpu": "H200", **problem}))
+
+
 @pytest.mark.parametrize(
     ("manifest", "problem"),
     [
         ([1, 2], "rsi-bundle-v-0123456789-h200.zip/manifest.json: not a JSON object"),
-        ({"verification_id": "v-x"}, "verification_id 'v-x', expected 'v-0123456789'"),
+        ({"verification_id": "v-x"}, "verification_id `v-x`, expected `v-0123456789`"),
         (
             {"verification_id": IDENT["id"], "repo": appkit.UPSTREAM, "base": "main"},
-            "its base is 'None'",
+            "its base is not recorded",
         ),
         (
             {
@@ -242,7 +250,7 @@ def test_a_bundle_of_something_else_is_named(
 ) -> None:
     found = E.wrong_bundle(IDENT, "H200", _zip(tmp_path, manifest))
     assert found is not None
-    assert problem in found
+    assert problem in rejected(found)
 
 
 def test_a_nested_manifest_is_not_the_one_read(tmp_path: Path) -> None:
@@ -256,13 +264,10 @@ def test_a_nested_manifest_is_not_the_one_read(tmp_path: Path) -> None:
         "gpu": "H200",
     }
     assert E.wrong_bundle(IDENT, "H200", _zip(tmp_path, good)) is None
-    assert "no manifest.json at the bundle's root" in (
-        E.wrong_bundle(IDENT, "H200", _zip(tmp_path, good, "a/b/manifest.json")) or ""
-    )
-    assert "more than one manifest.json (also 'x/manifest.json')" in (
-        E.wrong_bundle(IDENT, "H200", _zip(tmp_path, good, "manifest.json", "x/manifest.json"))
-        or ""
-    )
+    nested = E.wrong_bundle(IDENT, "H200", _zip(tmp_path, good, "a/b/manifest.json"))
+    assert "no manifest.json at the bundle's root" in rejected(nested or {})
+    two = E.wrong_bundle(IDENT, "H200", _zip(tmp_path, good, "manifest.json", "x/manifest.json"))
+    assert "more than one manifest.json (also 'x/manifest.json')" in rejected(two or {})
 
 
 def test_leases_belong_to_their_holder(w: World) -> None:

@@ -368,9 +368,7 @@ def ingest(svc: EffectPorts, vid: str, e: M.Ingest) -> M.Event | Outcome | None:
             return M.BundleRejected(e.gpu, reason)
         problem = wrong_bundle(ident, e.gpu, path, limits)
         if problem:
-            return M.BundleRejected(
-                e.gpu, Reason(R.BUNDLE_REJECTED, {"gpu": e.gpu, "problem": problem})
-            )
+            return M.BundleRejected(e.gpu, Reason(R.BUNDLE_REJECTED, {"gpu": e.gpu, **problem}))
         key = f"bundles/{vid}/{e.gpu.lower()}.zip"
         svc.store.put_file(key, path, "application/zip")
 
@@ -404,24 +402,29 @@ def _fetch_bundle(
 
 def wrong_bundle(
     ident: dict[str, str], gpu: str, path: Path, limits: Limits = DEFAULT_LIMITS
-) -> str | None:
+) -> dict[str, str] | None:
     """The bundle must be within bounds and this verification's: id, repository, commits
     and GPU. Its manifest is read by the engine's own reader (`read_manifest`), which
-    refuses a bundle with more than one: what is checked here is what the engine reads."""
+    refuses a bundle with more than one: what is checked here is what the engine reads.
+    What is wrong, as the `bundle-rejected` reason's parameters (the template words it)."""
     try:
         with Bundle(path, limits) as bundle:
             m = read_manifest(bundle, path.name)
     except InputError as exc:
-        return f"it is not a readable bundle: {str(exc).replace(str(path), path.name)}"
+        return {"what": "unreadable", "detail": str(exc).replace(str(path), path.name)}
+
+    def shown(x: object) -> str:
+        return "" if x is None else str(x)[:80]
+
     for k, want in (("verification_id", ident["id"]), ("repo", ident["repo"])):
         if m.get(k) != want:
-            return f"its manifest says {k} {str(m.get(k))[:80]!r}, expected {want!r}"
+            return {"what": "field", "field": k, "got": shown(m.get(k)), "want": want}
     for side in ("base", "head"):
         got = (m.get(side) or {}).get("sha") if isinstance(m.get(side), dict) else None
         if got != ident[side]:
-            return f"its {side} is {str(got)[:80]!r}, expected {ident[side]}"
+            return {"what": "side", "field": side, "got": shown(got), "want": ident[side]}
     if str(m.get("gpu", "")).upper().replace("NVIDIA ", "") != gpu.upper():
-        return f"it is for GPU {str(m.get('gpu'))[:40]!r}, expected {gpu}"
+        return {"what": "gpu", "field": "gpu", "got": shown(m.get("gpu"))[:40], "want": gpu}
     return None
 
 
