@@ -125,8 +125,11 @@ def parse(text: str) -> Command | None:
             cmd.sha = low
         elif _GPU.match(low):
             cmd.gpus, cmd.all_gpus = [*(cmd.gpus or []), low.upper()], False
-        elif low == "all":
+        elif low == "all" or low == "gpus=all":
             cmd.gpus, cmd.all_gpus = None, True
+        elif low.startswith("gpus=") and all(_GPU.match(g) for g in low[5:].split(",")):
+            named = [g.upper() for g in low.removeprefix("gpus=").split(",")]
+            cmd.gpus, cmd.all_gpus = [*(cmd.gpus or []), *named], False
         elif low.startswith("rounds="):
             value = low.removeprefix("rounds=")
             # Any whole number (the repository's budget says which are allowed); the

@@ -20,6 +20,13 @@ from bot.messages import help_text
         ("/rsi reverify h100 all", Command("reverify", all_gpus=True)),
         ("/rsi reverify all h200", Command("reverify", gpus=["H200"])),
         ("/rsi reverify rounds=7", Command("reverify", rounds=7)),
+        # The `gpus=` form: a comma-separated list, or all.
+        ("/rsi verify gpus=h100,h200 rounds=6", Command("verify", ["H100", "H200"], False, 6)),
+        ("/rsi verify gpus=all", Command("verify", all_gpus=True)),
+        (
+            "/rsi verify gpus=h100,a100x",
+            Command("verify", errors=[Mistake("unknown-argument", "gpus=h100,a100x")]),
+        ),
         # A whole number however large: the repository's budget answers it with its range.
         ("/rsi reverify rounds=99999999999", Command("reverify", rounds=99999999999)),
         ("/rsi reverify base=main", Command("reverify", base_main=True)),
