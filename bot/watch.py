@@ -83,6 +83,7 @@ def base_for(s: Session, repo: str, task: str, before: str) -> tuple[str, list[V
                 Verification.repo == repo,
                 Verification.task == task,
                 Verification.watch.is_(True),
+                Verification.inquiry_id.is_(None),
                 Verification.state == "queued",
             )
             .order_by(Verification.created_at)
@@ -96,6 +97,7 @@ def base_for(s: Session, repo: str, task: str, before: str) -> tuple[str, list[V
             Verification.repo == repo,
             Verification.task == task,
             Verification.watch.is_(True),
+            Verification.inquiry_id.is_(None),
             Verification.state != "superseded",
         )
         .order_by(Verification.created_at.desc(), Verification.id.desc())
@@ -113,6 +115,7 @@ def covered(s: Session, repo: str, head: str) -> bool:
             Verification.repo == repo,
             Verification.base_sha == head,
             Verification.watch.is_(True),
+            Verification.inquiry_id.is_(None),
         )
     )
     return found is not None
@@ -125,6 +128,7 @@ def measured(s: Session, repo: str, head: str) -> bool:
             Verification.repo == repo,
             Verification.head_sha == head,
             Verification.watch.is_(True),
+            Verification.inquiry_id.is_(None),
             Verification.state != "superseded",
         )
     )
@@ -132,7 +136,8 @@ def measured(s: Session, repo: str, head: str) -> bool:
 
 
 def minutes_today(s: Session, repo: str, now: dt.datetime) -> float:
-    """GPU minutes the watch of `repo` spent or holds in the last day (`spent`)."""
+    """GPU minutes the watch of `repo` spent or holds in the last day (`spent`): its
+    pushes' verifications and its inquiries' steps."""
     since = now - dt.timedelta(days=1)
     return spent(
         s.scalars(

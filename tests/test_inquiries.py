@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from bot import inquiries, runtime
+from bot import inquiries, runtime, watch
 from bot.models import Inquiry, SeriesPoint, Verification
+from bot.verification import store
 from bot.web.app import create_app
 from tests import appkit
 from tests.standin import GitHubStandIn
@@ -189,3 +190,31 @@ def test_maintainers_answer_an_alert_and_the_ledger_counts_it(shaped: World) -> 
     text = page.get_data(as_text=True)
     assert CULPRIT[:10] in text
     assert "justified" in text
+
+
+def test_a_push_never_replaces_an_inquiry_s_queued_step(w: World) -> None:
+    """Pushes batch with the watch's own queued verifications only: a bisection step
+    waiting for a runner is not superseded, nor its range taken over."""
+    with w.svc.db.session() as s:
+        step = store.create(
+            s,
+            store.NewVerification(
+                repo=appkit.UPSTREAM,
+                task="cosyvoice3",
+                base_sha=COMMITS[0],
+                head_sha=COMMITS[3],
+                head_repo=appkit.UPSTREAM,
+                head_ref=COMMITS[3],
+                gpus=["H200"],
+                rounds=4,
+                modes=["streaming"],
+                candidate={},
+                trigger="bisect",
+                watch=True,
+                inquiry_id=1,
+            ),
+        )
+        assert step.state == "queued"
+        assert watch.base_for(s, appkit.UPSTREAM, "cosyvoice3", COMMITS[6]) == (COMMITS[6], [])
+        assert not watch.measured(s, appkit.UPSTREAM, COMMITS[3])
+        assert not watch.covered(s, appkit.UPSTREAM, COMMITS[0])
