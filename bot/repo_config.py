@@ -271,10 +271,10 @@ Rounds = Annotated[int | Literal["auto"], BeforeValidator(_rounds)]
 def rounds_phrase(rounds: int, adaptive: bool) -> str:
     """How many rounds a verification runs, in words: "5 rounds a side", or
     "rounds until decided (at most 10 a side)"."""
-    return _words("rounds_phrase", rounds, adaptive)
+    return words("rounds_phrase", rounds, adaptive)
 
 
-def _words(name: str, *args: Any) -> str:
+def words(name: str, *args: Any) -> str:
     """A plain-text message of `pr_templates/repo_config.txt.j2`."""
     return macro("repo_config.txt.j2", name, *args)
 
@@ -376,12 +376,12 @@ class RepoConfig(BaseModel):
         if not isinstance(v, int):
             return v
         if v < MIN_ROUNDS:
-            raise ValueError(f"at least {MIN_ROUNDS} rounds a side are needed for an interval")
+            raise ValueError(words("rounds_least", MIN_ROUNDS))
         if v > 50:
             raise ValueError("at most 50 rounds a side")
         budget = info.data.get("budget")
         if isinstance(budget, Budget) and v > budget.max_rounds:
-            raise ValueError(f"more than budget.max_rounds ({budget.max_rounds}); raise that too")
+            raise ValueError(words("rounds_most_budget", budget.max_rounds))
         return v
 
     def policy(self, base: Policy | None = None) -> Policy:
@@ -414,11 +414,11 @@ class RepoConfig(BaseModel):
     def rounds_problem(self, rounds: int | str) -> str | None:
         """Why a command may not ask `rounds` (None when it may)."""
         if not isinstance(rounds, int):
-            return None if rounds == AUTO else _words("rounds_not_a_number", rounds)
+            return None if rounds == AUTO else words("rounds_not_a_number", rounds)
         if rounds < MIN_ROUNDS:
-            return _words("rounds_too_few", rounds, MIN_ROUNDS)
+            return words("rounds_too_few", rounds, MIN_ROUNDS)
         if rounds > self.budget.max_rounds:
-            return _words(
+            return words(
                 "rounds_over_budget", rounds, self.budget.max_rounds, CONFIG_PATH, MIN_ROUNDS
             )
         return None
@@ -434,7 +434,7 @@ class RepoConfig(BaseModel):
             asked = _unique([g.upper() for g in gpus])
             outside = [g for g in asked if g not in self.gpus]
             if outside:
-                return _words("gpus_outside", outside, self.gpus, CONFIG_PATH)
+                return words("gpus_outside", outside, self.gpus, CONFIG_PATH)
             chosen = asked
         n = self.rounds if rounds is None else rounds
         problem = self.rounds_problem(n)
@@ -469,7 +469,7 @@ class RepoConfig(BaseModel):
             if self.rounds == AUTO
             else rounds_phrase(int(self.rounds), False)
         )
-        return _words("summary", self, rounds)
+        return words("summary", self, rounds)
 
 
 # --- parsing -----------------------------------------------------------------------------
@@ -485,12 +485,7 @@ class Problem:
     column: int | None = None
 
     def __str__(self) -> str:
-        where = []
-        if self.line is not None:
-            where.append(f"line {self.line}" + (f", column {self.column}" if self.column else ""))
-        if self.field:
-            where.append(self.field)
-        return f"{': '.join(where)}: {self.message}" if where else self.message
+        return words("problem_at", self.line, self.column, self.field, self.message)
 
 
 @dataclass(frozen=True)
@@ -531,14 +526,14 @@ def parse(
         what = " ".join(x for x in (exc.context, exc.problem) if x) or "invalid YAML"
         line = mark.line + 1 if mark else None
         column = mark.column + 1 if mark else None
-        return fail_with(source, [Problem(f"YAML syntax: {what}", line=line, column=column)])
+        return fail_with(source, [Problem(words("yaml_syntax", what), line=line, column=column)])
     except yaml.YAMLError as exc:  # e.g. a control character the reader refuses
-        return fail_with(source, [Problem(f"YAML syntax: {exc}")])
+        return fail_with(source, [Problem(words("yaml_syntax", exc))])
     if data is None:  # empty, or only comments
         return source
     if not isinstance(data, dict):
         line = root.start_mark.line + 1 if root is not None else None
-        what = f"the file must be a mapping of keys such as `rounds: 5`, not a {_yaml_kind(data)}"
+        what = words("not_a_mapping_file", _yaml_kind(data))
         return fail_with(source, [Problem(what, line=line)])
     duplicates = list(_duplicates(root, ()))
     try:
@@ -623,16 +618,15 @@ def _problem(err: Any, root: yaml.Node | None) -> Problem:
         key = str(loc[-1])
         known = _fields_at(loc[:-1])
         close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-        hint = f"; did you mean {code_span(close[0])}?" if close else ""
-        allowed = f" (known: {', '.join(map(code_span, known))})" if known and not close else ""
-        message = f"unknown key {code_span(key)}{hint}{allowed}"
+        shown = [code_span(k) for k in known]
+        message = words("unknown_key", code_span(key), code_span(close[0]) if close else "", shown)
         node = _node_at(root, loc, key=True)
     else:
         if kind in ("model_type", "model_attributes_type", "dict_type"):
-            message = f"should be a mapping of keys, not {_shown(err['input'])}"
+            message = words("not_a_mapping", _shown(err["input"]))
         else:
-            message = f"{err['msg']} (got {_shown(err['input'])})"
-            message = message.removeprefix("Value error, ")
+            why = str(err["msg"]).removeprefix("Value error, ")
+            message = words("invalid_value", why, _shown(err["input"]))
         node = _node_at(root, loc)
     mark = node.start_mark if node is not None else None
     return Problem(
@@ -651,7 +645,7 @@ def _duplicates(node: yaml.Node | None, loc: tuple[int | str, ...]) -> Any:
             name = str(k.value) if isinstance(k, yaml.ScalarNode) else None
             if name is not None and name in seen:
                 yield Problem(
-                    f"{code_span(name)} is given twice (only one may be)",
+                    words("given_twice", code_span(name)),
                     field=_path((*loc, name)),
                     line=k.start_mark.line + 1,
                     column=k.start_mark.column + 1,

@@ -22,6 +22,7 @@ from bot.repo_config import (
     code_span,
     fail_with,
     parse,
+    words,
 )
 
 log = logging.getLogger(__name__)
@@ -76,13 +77,13 @@ class ConfigCache:
         html_url = doc.get("html_url") if isinstance(doc.get("html_url"), str) else None
         source = ConfigResult(RepoConfig(), found=True, sha=sha, html_url=html_url, path=self.path)
         if doc.get("type") != "file":
-            return fail_with(source, [Problem(f"{code_span(self.path)} is not a file")])
+            return fail_with(source, [Problem(words("file_not_a_file", code_span(self.path)))])
         if doc.get("encoding") != "base64" or not isinstance(doc.get("content"), str):
-            return fail_with(source, [Problem(f"{code_span(self.path)} is too large to read")])
+            return fail_with(source, [Problem(words("file_too_large", code_span(self.path)))])
         try:
             text = base64.b64decode(doc["content"]).decode("utf-8-sig")
         except (binascii.Error, UnicodeDecodeError):
-            return fail_with(source, [Problem(f"{code_span(self.path)} is not UTF-8 text")])
+            return fail_with(source, [Problem(words("file_not_utf8", code_span(self.path)))])
         return parse(text, sha=sha, html_url=html_url, path=self.path)
 
     def forget(self, repo: str) -> None:
