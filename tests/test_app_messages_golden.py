@@ -131,7 +131,7 @@ def reasons() -> str:
     """Every code, then each kind of rejected bundle (`what`)."""
     bundles = [
         Reason("bundle-rejected", dict(PARAMS) | {"what": what})
-        for what in ("unreadable", "field", "side", "gpu")
+        for what in ("unreadable", "too-large", "field", "side", "gpu")
     ]
     bundles.append(Reason("bundle-rejected", dict(PARAMS) | {"what": "gpu", "got": ""}))
     return joined(

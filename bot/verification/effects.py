@@ -359,10 +359,8 @@ def ingest(svc: EffectPorts, vid: str, e: M.Ingest) -> M.Event | Outcome | None:
         try:
             found = _fetch_bundle(svc, vid, e.gpu, run_id, path, limits.max_bytes)
         except (TooLarge, ArtifactTooLarge) as exc:
-            big = f"the artifact is too large ({exc})"
-            return M.BundleRejected(
-                e.gpu, Reason(R.BUNDLE_REJECTED, {"gpu": e.gpu, "problem": big})
-            )
+            big = {"gpu": e.gpu, "what": "too-large", "detail": str(exc)}
+            return M.BundleRejected(e.gpu, Reason(R.BUNDLE_REJECTED, big))
         if not found:
             reason = Reason(R.NO_BUNDLE, {"gpu": e.gpu, "artifact": artifact_name(vid, e.gpu)})
             return M.BundleRejected(e.gpu, reason)
