@@ -33,12 +33,13 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from bot import messages, pull_writes, watch
+from bot import leases, messages, pull_writes, watch
 from bot.github.api import GitHubError
 from bot.models import Inquiry, Series, SeriesPoint, Verification, utcnow
 from bot.repo_config import Plan, RepoConfig
 from bot.verification import store
 from bot.verification.machine import State
+from evidence.metrics import BY_NAME
 
 if TYPE_CHECKING:
     from bot.verification.ports import StepPorts
@@ -49,6 +50,8 @@ OPEN = ("confirming", "bisecting")
 LABEL = "perf-regression"
 GONE_ON = frozenset({"no-change", "improved"})  # a step that found the range fine
 MAX_COMMITS = 100  # a longer range is named, not bisected
+MAX_AGE = dt.timedelta(days=7)  # an inquiry still open then is given up, saying so
+RETRIES = 1  # a step whose verification failed is measured again this many times
 
 
 @dataclass(frozen=True)
@@ -74,10 +77,12 @@ def open_for(
     s: Session, series: Series, side: str, good: str, bad: str, now: dt.datetime
 ) -> Inquiry | None:
     """Open the inquiry of a regression the detector raised at the point `good`..`bad`;
-    None when that range is under inquiry (or was) already."""
+    None when that range of the task is under inquiry (or was) already, on this series or
+    another (another GPU kind or mode saw it too: one hunt, one alert)."""
     found = s.scalar(
-        select(Inquiry).where(
-            Inquiry.series_id == series.id,
+        select(Inquiry.id).where(
+            Inquiry.repo == series.repo,
+            Inquiry.task == series.task,
             Inquiry.side == side,
             Inquiry.good_sha == good,
             Inquiry.bad_sha == bad,
@@ -111,6 +116,9 @@ def suspect(s: Session, series: Series, commits: tuple[str, ...], side: str) -> 
         select(SeriesPoint).where(SeriesPoint.series_id == series.id, SeriesPoint.sha.in_(commits))
     ).all()
     sign = -1.0 if side == "regression" else 1.0
+    m = BY_NAME.get(series.metric)
+    if m is not None and m.better == "lower":
+        sign = -sign  # a lower-is-better metric regresses upwards
 
     def strength(p: SeriesPoint) -> float:
         lo, hi = p.ci_low_pct, p.ci_high_pct
@@ -163,13 +171,38 @@ def resume(svc: StepPorts, repo: str | None = None) -> None:
             advance(svc, qid)
         except GitHubError as exc:  # the next pass tries again
             log.warning("inquiry %s waits: GitHub answered %s", qid, exc)
+        except Exception:  # one inquiry's trouble never stops the others (or the pass)
+            log.exception("inquiry %s: could not advance; the next pass tries again", qid)
 
 
 def advance(svc: StepPorts, qid: int) -> None:
     """Take inquiry `qid` as far as it goes now: read a finished step, decide, start the
-    next verification or alert. Idempotent: a step is read once, under the row's lock."""
+    next verification or alert. One worker at a time holds the inquiry's lease (another
+    that finds it held leaves it: the holder, or the reconciler's next pass, goes on), so
+    a step is read once, a verification started once and an alert written once."""
+    where = Inquiry.id == qid
+    token = leases.take(svc.db, Inquiry, where, svc.settings.RSI_LEASE_S)
+    if token is None:
+        return
+    try:
+        _advance(svc, qid)
+    finally:
+        leases.give_back(svc.db, Inquiry, where, token)
+
+
+def _advance(svc: StepPorts, qid: int) -> None:
     found = svc.repo_config(_repo_of(svc, qid))
     config = found.config
+    with svc.db.session() as s:
+        q = s.get(Inquiry, qid)
+        if q is None or q.state not in OPEN:
+            return
+        if found.found and found.ok and not config.watch.enabled:
+            _stop(q, "watch-off", {})
+            return
+        if utcnow() - _aware(q.created_at) > MAX_AGE:
+            _stop(q, "too-old", {"days": str(MAX_AGE.days)})
+            return
     for _ in range(4):  # each pass is one decision; GitHub is read between passes
         need = _decide(svc, qid, config)
         if need is None:
@@ -181,6 +214,9 @@ def advance(svc: StepPorts, qid: int) -> None:
             q = s.get(Inquiry, qid)
             assert q is not None
             repo, lo, hi = q.repo, q.lo_sha, q.hi_sha
+        if need == "told":
+            svc.queue.write(repo, pull_writes.REPOSITORY)
+            return
         if need == "commits":
             try:
                 chain = svc.github.first_parents(repo, lo, hi, MAX_COMMITS)
@@ -189,22 +225,34 @@ def advance(svc: StepPorts, qid: int) -> None:
                     raise
                 chain = None  # the range is gone (a force-push): nothing to bisect
             with svc.db.session() as s:
-                q = _locked(s, qid)
+                q = s.get(Inquiry, qid)
                 if q is not None and q.commits is None:
                     if chain is None:
                         _stop(q, "range-too-long", {"limit": str(MAX_COMMITS)})
+                        _tell_unresolved(svc, s, q)
                     else:
                         q.commits = chain
+            if chain is None:
+                svc.queue.write(repo, pull_writes.REPOSITORY)
         elif need == "culprit":
-            pulls = svc.github.merged_pulls(repo, hi)
+            try:
+                pulls = svc.github.merged_pulls(repo, hi, svc.github.default_branch(repo))
+            except GitHubError as exc:
+                if exc.status not in (404, 422):
+                    raise
+                pulls = []  # GitHub knows no PR of it: the alert is an issue
             with svc.db.session() as s:
-                q = _locked(s, qid)
+                q = s.get(Inquiry, qid)
                 if q is None or q.state not in OPEN or q.culprit_sha is not None:
                     continue
                 _alert(svc, s, q, config, pulls[0] if pulls else None)
             for number in (pulls[0][0],) if pulls else ():
                 svc.queue.write(repo, number)
             svc.queue.write(repo, pull_writes.REPOSITORY)
+
+
+def _aware(t: dt.datetime) -> dt.datetime:
+    return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
 
 
 def _repo_of(svc: StepPorts, qid: int) -> str:
@@ -214,16 +262,12 @@ def _repo_of(svc: StepPorts, qid: int) -> str:
         return q.repo
 
 
-def _locked(s: Session, qid: int) -> Inquiry | None:
-    return s.scalar(select(Inquiry).where(Inquiry.id == qid).with_for_update())
-
-
 def _decide(svc: StepPorts, qid: int, config: RepoConfig) -> str | None:
     """One decision; what must be read from GitHub before the next ("commits" of the
     range, the "culprit"'s PR), the verification to start ("start:<id>"), or None:
     waiting for a step or the budget, or done."""
     with svc.db.session() as s:
-        q = _locked(s, qid)
+        q = s.get(Inquiry, qid)
         if q is None or q.state not in OPEN:
             return None
         if q.verification_id is not None:
@@ -232,9 +276,10 @@ def _decide(svc: StepPorts, qid: int, config: RepoConfig) -> str | None:
                 return None  # measuring
             _read(s, q, v)
             if q.state not in OPEN:
-                return None
+                _tell_unresolved(svc, s, q)
+                return "told" if q.state == "unresolved" and q.alerted_at else None
         if q.state == "confirming":
-            if not q.steps:
+            if not q.steps or q.steps[-1].get("retry"):
                 return _measure(s, q, config, q.good_sha, q.bad_sha, "confirm")
             q.state = "bisecting"
         if q.commits is None:
@@ -242,7 +287,7 @@ def _decide(svc: StepPorts, qid: int, config: RepoConfig) -> str | None:
         todo = _between(q.commits, q.lo_sha, q.hi_sha)
         if len(todo) <= 1:
             return "culprit"
-        bisected = sum(1 for st in q.steps if st["kind"] == "bisect")
+        bisected = sum(1 for st in q.steps if st["kind"] == "bisect" and not st.get("retry"))
         if bisected >= _max_steps(len(q.commits)):
             _stop(q, "bisect-stuck", {"steps": str(bisected)})
             return None
@@ -263,22 +308,32 @@ def _max_steps(k: int) -> int:
 
 
 def _read(s: Session, q: Inquiry, v: Verification | None) -> None:
-    """Write down what the step's verification found and move the bounds."""
+    """Write down what the step's verification found — the series' own row (GPU, mode,
+    concurrency, metric) where `note_step` kept it, else its headline — and move the
+    bounds. A step whose verification did not publish is measured again (`RETRIES`)."""
     step = dict(q.steps[-1]) if q.steps else {}
     q.verification_id = None
-    h = _headline(s, q, v)
-    verdict = str(h.get("verdict") or (v.verdict if v else "") or "")
+    if v is None or v.state != State.PUBLISHED.value:
+        same = [st for st in q.steps if (st["base"], st["head"]) == (step["base"], step["head"])]
+        if len(same) <= RETRIES:  # kept, marked: `_decide` measures the same range again
+            q.steps = [*q.steps[:-1], {**step, "verdict": "failed", "retry": True}]
+            log.info("%s: inquiry %s measures %s again", q.repo, q.id, step["head"][:10])
+            return
+    src = step.get("row") or _headline(s, q, v)
+    verdict = str(src.get("verdict") or (v.verdict if v else "") or "")
     if v is None or v.state != State.PUBLISHED.value:
         verdict = "failed"
     step.update(
         verdict=verdict,
-        change_pct=h.get("delta_pct"),
-        ci_low_pct=h.get("ci_low_pct"),
-        ci_high_pct=h.get("ci_high_pct"),
+        change_pct=src.get("delta_pct"),
+        ci_low_pct=src.get("ci_low_pct"),
+        ci_high_pct=src.get("ci_high_pct"),
     )
     q.steps = [*q.steps[:-1], step]
+    sign = _sign(s, q)
     if step["kind"] == "bisect":
-        side = _side_of(step, _num(q.steps[0].get("change_pct")))
+        confirmed = _num(_confirming(q).get("change_pct"))
+        side = _side_of(step, sign * confirmed if confirmed is not None else None, sign)
         if side == "bad":
             q.hi_sha = step["head"]
         elif side == "good":
@@ -287,7 +342,7 @@ def _read(s: Session, q: Inquiry, v: Verification | None) -> None:
             _stop(q, "step-undecided", {"verdict": verdict or "none", "kind": "bisect"})
     elif verdict == "regressed":
         pass  # confirmed: bisect next
-    elif verdict in GONE_ON or _side_of(step, _suspected(s, q)) == "good":
+    elif verdict in GONE_ON or _side_of(step, _suspected(s, q, sign), sign) == "good":
         q.state = "cleared"
         q.end_reason = {"code": "not-confirmed", "params": {"verdict": verdict}}
         log.info("%s: suspected %s not confirmed (%s)", q.repo, q.side, verdict)
@@ -295,29 +350,66 @@ def _read(s: Session, q: Inquiry, v: Verification | None) -> None:
         _stop(q, "step-undecided", {"verdict": verdict or "none", "kind": step["kind"]})
 
 
-def _suspected(s: Session, q: Inquiry) -> float | None:
-    """The change the suspect point measured, in percent."""
+def _confirming(q: Inquiry) -> dict[str, Any]:
+    """The confirming rerun that counted (not one measured again after it failed)."""
+    return next((st for st in q.steps if st["kind"] == "confirm" and not st.get("retry")), {})
+
+
+def note_step(s: Session, v: Verification, doc: dict[str, Any]) -> None:
+    """Keep a step's own figures: the row of its evidence (`doc`) for the inquiry's
+    series — not the headline, which may be another concurrency or a guard's row."""
+    q = s.get(Inquiry, v.inquiry_id) if v.inquiry_id is not None else None
+    series = s.get(Series, q.series_id) if q is not None else None
+    if q is None or series is None:
+        return
+    want = (series.gpu, series.mode, series.concurrency, series.metric)
+    row = next(
+        (
+            r
+            for r in doc.get("study") or []
+            if isinstance(r, dict)
+            and (r.get("gpu"), r.get("mode"), r.get("concurrency"), r.get("metric")) == want
+        ),
+        None,
+    )
+    if row is None:
+        return
+    kept = {k: row.get(k) for k in ("delta_pct", "ci_low_pct", "ci_high_pct", "verdict")}
+    q.steps = [{**st, "row": kept} if st.get("verification_id") == v.id else st for st in q.steps]
+
+
+def _sign(s: Session, q: Inquiry) -> float:
+    """+1 where higher is better for the series' metric, −1 where lower is: a change
+    times it is negative for a regression."""
+    series = s.get(Series, q.series_id)
+    m = BY_NAME.get(series.metric) if series is not None else None
+    return -1.0 if m is not None and m.better == "lower" else 1.0
+
+
+def _suspected(s: Session, q: Inquiry, sign: float) -> float | None:
+    """The change the suspect point measured, in percent, oriented by `sign`."""
     found = s.scalar(
         select(SeriesPoint.change_pct)
         .where(SeriesPoint.series_id == q.series_id, SeriesPoint.sha == q.bad_sha)
         .order_by(SeriesPoint.id)
         .limit(1)
     )
-    return float(found) if found is not None else None
+    return sign * float(found) if found is not None else None
 
 
-def _side_of(step: dict[str, Any], confirmed: float | None) -> str | None:
-    """Whether a bisection step's range holds the confirmed change: "bad" when its
+def _side_of(step: dict[str, Any], confirmed: float | None, sign: float = 1.0) -> str | None:
+    """Whether a bisection step's range holds the confirmed change (`confirmed` and the
+    step's interval oriented by `sign`, so a regression is negative): "bad" when its
     interval lies wholly past half the confirmed change, "good" when wholly short of it
     (a step's question is which half holds a change of known size, not whether there is
     any change at all); else its verdict decides, and None when that is undecided."""
     lo, hi = _num(step.get("ci_low_pct")), _num(step.get("ci_high_pct"))
     if confirmed is not None and confirmed < 0 and lo is not None and hi is not None:
+        lo, hi = sorted((sign * lo, sign * hi))
         if hi < confirmed / 2:
             return "bad"
         if lo > confirmed / 2:
             return "good"
-        return None
     verdict = step.get("verdict")
     return "bad" if verdict == "regressed" else "good" if verdict in GONE_ON else None
 
@@ -386,6 +478,19 @@ def _measure(
     return "start:" + v.id
 
 
+def _tell_unresolved(svc: StepPorts, s: Session, q: Inquiry) -> None:
+    """A regression the rerun confirmed but the hunt could not trace to one commit is
+    still said, once: an issue naming the range that holds it and why it stopped."""
+    if q.state != "unresolved" or _confirming(q).get("verdict") != "regressed" or q.alerted_at:
+        return
+    series = s.get(Series, q.series_id)
+    assert series is not None
+    q.alerted_at = utcnow()
+    view = alert_view(svc, q, series)
+    title = messages.alert_title(view)
+    pull_writes.issue(s, q.repo, title, messages.unresolved_alert(view), [LABEL])
+
+
 def _alert(
     svc: StepPorts, s: Session, q: Inquiry, config: RepoConfig, pull: tuple[int, str] | None
 ) -> None:
@@ -437,6 +542,9 @@ class AlertView:
     # The narrowest measured range that ends at the culprit and held the change: its
     # interval names the culprit's change (a range of one commit when bisection ended so).
     culprit_step: StepView | None = None
+    lo: str = ""  # the range still holding the change, when no one commit was named
+    hi: str = ""
+    why: dict[str, Any] | None = None  # why the hunt stopped short (a reason record)
 
 
 def alert_view(svc: StepPorts, q: Inquiry, series: Series) -> AlertView:
@@ -473,6 +581,9 @@ def alert_view(svc: StepPorts, q: Inquiry, series: Series) -> AlertView:
         culprit_step=next(
             (s for s in reversed(steps) if s.head == culprit and s.change_pct is not None), None
         ),
+        lo=q.lo_sha,
+        hi=q.hi_sha,
+        why=q.end_reason,
     )
 
 
@@ -484,18 +595,18 @@ def _num(x: Any) -> float | None:
 
 
 def triage(s: Session, repo: str, number: int, answer: str, user: str) -> Inquiry | None:
-    """A maintainer's answer to the newest alert on PR `number`; None when it has none."""
-    q = s.scalar(
-        select(Inquiry)
-        .where(Inquiry.repo == repo, Inquiry.culprit_pr == number, Inquiry.state == "alerted")
-        .order_by(Inquiry.alerted_at.desc(), Inquiry.id.desc())
-        .limit(1)
-        .with_for_update()
+    """A maintainer's answer to the alerts on PR `number` (each series that saw the
+    culprit); the newest of them, or None when the PR has none."""
+    found = list(
+        s.scalars(
+            select(Inquiry)
+            .where(Inquiry.repo == repo, Inquiry.culprit_pr == number, Inquiry.state == "alerted")
+            .order_by(Inquiry.alerted_at.desc(), Inquiry.id.desc())
+        )
     )
-    if q is None:
-        return None
-    q.triage, q.triaged_by, q.triaged_at = answer, user, utcnow()
-    return q
+    for q in found:
+        q.triage, q.triaged_by, q.triaged_at = answer, user, utcnow()
+    return found[0] if found else None
 
 
 def quality(s: Session, series_ids: list[int]) -> dict[int, Quality]:
@@ -541,7 +652,7 @@ def of_series(s: Session, series_ids: list[int]) -> dict[int, list[HuntRow]]:
         .where(Inquiry.series_id.in_(series_ids))
         .order_by(Inquiry.created_at.desc(), Inquiry.id.desc())
     ):
-        first = q.steps[0] if q.steps else {}
+        first = _confirming(q)
         out.setdefault(q.series_id, []).append(
             HuntRow(
                 state=q.state,

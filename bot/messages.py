@@ -442,3 +442,8 @@ def verify_held(user: str, v: Verification) -> str:
 
 def verify_budget(user: str, which: str, spent: str, budget: str) -> str:
     return _say("verify_budget", user, which, spent, budget)
+
+
+def unresolved_alert(view: Any) -> str:
+    """A confirmed regression the hunt could not trace to one commit (an issue)."""
+    return _say("unresolved_alert", view)

@@ -372,5 +372,8 @@ class Inquiry(Base):
     triage: Mapped[str | None] = mapped_column(String(20))
     triaged_by: Mapped[str | None] = mapped_column(String(100))
     triaged_at: Mapped[dt.datetime | None]
+    # Held while a worker advances it (`bot.leases`): one decision at a time.
+    lease_until: Mapped[dt.datetime | None]
+    lease_owner: Mapped[str | None] = mapped_column(String(32))
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(default=utcnow, onupdate=utcnow)

@@ -73,6 +73,7 @@ CODES = (
 )
 NAMES = ("gpu", "conclusion", "minutes", "artifact", "user", "state", "id", "sha", "step")
 NAMES += ("tip", "branch", "head", "pusher", "spent", "budget", "field", "got", "want", "detail")
+NAMES += ("kind", "verdict", "limit", "steps")
 PARAMS = dict.fromkeys(NAMES, WORDS) | {"url": URL, "problem": WORDS + LONG, "error": WORDS + LONG}
 PARAMS["attempts"] = WORDS
 
@@ -375,6 +376,19 @@ def alerts() -> str:
         messages.triaged(WORDS, "justified", inquiry),
         messages.triaged(WORDS, "false-alarm", inquiry),
         messages.no_alert(WORDS),
+        *(
+            messages.unresolved_alert(
+                dataclasses.replace(view, lo=BASE, hi=SHA, why={"code": code, "params": PARAMS})
+            )
+            for code in (
+                "step-undecided",
+                "range-too-long",
+                "bisect-stuck",
+                "not-measurable",
+                WORDS,
+            )
+        ),
+        messages.unresolved_alert(view),
     )
 
 

@@ -5,14 +5,18 @@ maintainers answer the alert and the ledger counts it."""
 
 from __future__ import annotations
 
+import datetime as dt
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import delete, select
 
 from bot import inquiries, runtime, watch
-from bot.models import Inquiry, SeriesPoint, Verification
+from bot.history import NewPoint, SeriesKey, add_to, open_series
+from bot.models import Inquiry, PullWrite, SeriesPoint, Verification
 from bot.verification import store
 from bot.web.app import create_app
 from tests import appkit
@@ -171,6 +175,12 @@ def test_maintainers_answer_an_alert_and_the_ledger_counts_it(shaped: World) -> 
     w.github.set_permission(appkit.UPSTREAM, WRITER, "write")
     say(w, 44, "/rsi false-alarm", "c-reader", user="reader-rae")  # not theirs to answer
     assert inquiry(w).triage is None
+    # Listed under `trigger.allow`: may run commands, not judge an alert.
+    w.github.set_file(appkit.UPSTREAM, ".github/rsi.yml", CONFIG + "trigger:\n  allow: [al]\n")
+    w.github.set_permission(appkit.UPSTREAM, "al", "read")
+    w.svc._config_seen.clear()
+    say(w, 44, "/rsi false-alarm", "c-allowed", user="al")
+    assert inquiry(w).triage is None
     say(w, 44, "/rsi justified", "c-writer")
     q = inquiry(w)
     assert (q.triage, q.triaged_by) == ("justified", WRITER)
@@ -218,3 +228,139 @@ def test_a_push_never_replaces_an_inquiry_s_queued_step(w: World) -> None:
         assert watch.base_for(s, appkit.UPSTREAM, "cosyvoice3", COMMITS[6]) == (COMMITS[6], [])
         assert not watch.measured(s, appkit.UPSTREAM, COMMITS[3])
         assert not watch.covered(s, appkit.UPSTREAM, COMMITS[0])
+
+
+def test_a_step_is_judged_on_its_series_row_whichever_way_the_metric_points() -> None:
+    """A latency row regressed +9% [7, 11] against a confirmed +8% (lower is better): the
+    range holds the change. The same interval on a throughput row would not."""
+    step = {"kind": "bisect", "verdict": "regressed", "ci_low_pct": 7.0, "ci_high_pct": 11.0}
+    assert inquiries._side_of(step, -8.0, -1.0) == "bad"
+    assert inquiries._side_of({**step, "verdict": "improved"}, -8.0, 1.0) == "good"
+    # An interval across half the change: its own verdict decides.
+    across = {"kind": "bisect", "verdict": "regressed", "ci_low_pct": -12.0, "ci_high_pct": -3.0}
+    assert inquiries._side_of(across, -8.0) == "bad"
+    assert inquiries._side_of({**across, "verdict": "inconclusive"}, -8.0) is None
+
+
+def test_the_suspect_of_a_lower_is_better_series_is_its_largest_rise(w: World) -> None:
+    key = SeriesKey(
+        appkit.UPSTREAM, "cosyvoice3", "H200", "d", "i", "streaming", 8, "latency_p95_s"
+    )
+    now = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
+    with w.svc.db.session() as s:
+        series = open_series(s, key, now)
+        for i, (sha, pct) in enumerate([("a" * 40, 12.0), ("b" * 40, 0.5)]):
+            point = NewPoint(sha, str(i) * 40, f"v-{i}", pct, pct - 2, pct + 2, "", pairs=4)
+            add_to(s, series, point, now)
+        assert inquiries.suspect(s, series, ("a" * 40, "b" * 40), "regression") == "a" * 40
+
+
+def test_one_range_is_hunted_once_whichever_gpu_saw_it(w: World) -> None:
+    now = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
+    with w.svc.db.session() as s:
+        h100 = open_series(
+            s, SeriesKey(appkit.UPSTREAM, "t", "H100", "d", "i", "streaming", 8, "m"), now
+        )
+        h200 = open_series(
+            s, SeriesKey(appkit.UPSTREAM, "t", "H200", "d", "i", "streaming", 8, "m"), now
+        )
+        assert inquiries.open_for(s, h100, "regression", "a" * 40, "b" * 40, now) is not None
+        assert inquiries.open_for(s, h200, "regression", "a" * 40, "b" * 40, now) is None
+
+
+def test_two_workers_advancing_at_once_alert_once(
+    w: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The drain's `follow` and the reconciler's `resume` at the same instant: the
+    inquiry's lease lets one decide; the alert is written once (SQLite has no row locks)."""
+    merges(w)
+    push(w, appkit.BASE_SHA, COMMITS[-1], "push-1")
+    with w.svc.db.session() as s:
+        [v] = s.scalars(select(Verification).where(Verification.watch.is_(True))).all()
+    w.finish(v.id, base_sha=v.base_sha, head_sha=v.head_sha, speedup=-0.08)
+    with w.svc.db.session() as s:
+        q = s.scalars(select(Inquiry)).one()
+        q.state, q.verification_id = "bisecting", None
+        q.commits, q.lo_sha, q.hi_sha = list(COMMITS), COMMITS[3], COMMITS[4]
+        q.steps = [
+            {
+                "kind": "confirm",
+                "base": q.good_sha,
+                "head": q.bad_sha,
+                "verification_id": v.id,
+                "verdict": "regressed",
+                "change_pct": -8.0,
+            }
+        ]
+        s.execute(delete(PullWrite))
+        qid = q.id
+    real = inquiries._alert
+
+    def slow(*args: Any, **kwargs: Any) -> None:
+        time.sleep(1.0)  # the other worker tries meanwhile, having read the same row
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(inquiries, "_alert", slow)
+    monkeypatch.setattr(w.svc.queue, "write", lambda *a: None)
+    w.at_once(lambda: inquiries.advance(w.svc, qid), lambda: inquiries.advance(w.svc, qid))
+    with w.svc.db.session() as s:
+        kinds = [r.kind for r in s.scalars(select(PullWrite))]
+    assert sorted(kinds) == ["comment", "label"]
+
+
+def confirmed(w: World) -> None:
+    """The eight merges pushed, the suspicion confirmed: the first bisection step runs."""
+    merges(w)
+    push(w, appkit.BASE_SHA, COMMITS[-1], "push-1")
+    with w.svc.db.session() as s:
+        [v] = s.scalars(select(Verification).where(Verification.watch.is_(True))).all()
+    w.finish(v.id, base_sha=v.base_sha, head_sha=v.head_sha, speedup=-0.08)
+    [rerun] = steps_running(w)
+    w.finish(rerun.id, base_sha=rerun.base_sha, head_sha=rerun.head_sha, speedup=-0.08)
+    assert inquiry(w).state == "bisecting"
+
+
+def test_a_failed_step_is_measured_again_and_a_confirmed_regression_is_told_anyway(
+    w: World,
+) -> None:
+    confirmed(w)
+    [first] = steps_running(w)
+    w.complete(first.id, "H200", "failure")
+    w.settle()
+    [again] = steps_running(w)  # the same range, once more
+    assert (again.base_sha, again.head_sha) == (first.base_sha, first.head_sha)
+    w.complete(again.id, "H200", "failure")
+    w.settle()
+    q = inquiry(w)
+    assert q.state == "unresolved", (q.steps, q.end_reason)
+    assert not steps_running(w)
+    # Confirmed, not traced: said once, as an issue naming the range that holds it.
+    [issue] = list(w.github.issues[appkit.UPSTREAM.lower()].values())
+    assert issue.labels == ["perf-regression"]
+    assert "not traced to one commit" in (issue.body or "")
+    assert f"`{appkit.BASE_SHA[:10]}`..`{COMMITS[-1][:10]}`" in (issue.body or "")
+    inquiries.resume(w.svc)
+    w.settle()
+    assert len(w.github.issues[appkit.UPSTREAM.lower()]) == 1
+    w.github.assert_clean()
+
+
+def test_turning_the_watch_off_ends_its_hunts(w: World) -> None:
+    confirmed(w)
+    w.github.set_file(appkit.UPSTREAM, ".github/rsi.yml", "watch: false\n")
+    w.svc._config_seen.clear()  # a minute later: the file is read again
+    inquiries.resume(w.svc)
+    q = inquiry(w)
+    assert (q.state, (q.end_reason or {}).get("code")) == ("unresolved", "watch-off")
+
+
+def test_the_first_parent_chain_walks_on_where_the_compare_page_stops(w: World) -> None:
+    """A push whose merges brought more commits than one compare page: the chain of the
+    default branch's own commits is walked back commit by commit."""
+    merges(w)
+    page = w.github.repo(appkit.UPSTREAM).compares[f"{appkit.BASE_SHA}...{COMMITS[-1]}"]
+    page["commits"] = COMMITS[5:]  # the page holds the newest three only
+    page["total_commits"] = 300
+    assert w.svc.github.first_parents(appkit.UPSTREAM, appkit.BASE_SHA, COMMITS[-1]) == COMMITS
+    assert w.svc.github.first_parents(appkit.UPSTREAM, appkit.BASE_SHA, COMMITS[-1], 5) is None
+    w.github.assert_clean()

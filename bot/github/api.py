@@ -141,6 +141,11 @@ def _pull(p: Any) -> Pull:
     )
 
 
+def _first_parent(commit: dict[str, Any]) -> str:
+    first = (commit.get("parents") or [{}])[0]
+    return str(first.get("sha") or "") if isinstance(first, dict) else ""
+
+
 def _level(data: dict[str, Any]) -> str:
     """The user's level from GitHub's answer: `permission` is the legacy base (a triager
     reads as `read`, a maintainer as `write`; `role_name` may be a custom role's name), so
@@ -248,39 +253,43 @@ class GitHub:
     def first_parents(self, repo: str, good: str, bad: str, limit: int = 100) -> list[str] | None:
         """The commits from `good` (excluded) to `bad` (included) along first parents,
         oldest first: the default branch's own history, whatever a merge brought along.
-        None when the range is longer than `limit` or the chain does not reach `good`."""
+        One compare when it lists the whole range; else (merges brought more commits than
+        a page holds) a walk back one commit at a time. None when the chain is longer than
+        `limit` or does not reach `good`."""
         per_page = max(1, min(limit, 100))
         _, data = self.request(
             repo, "GET", f"/repos/{repo}/compare/{good}...{bad}?per_page={per_page}&page=1"
         )
         commits = [c for c in data.get("commits") or [] if isinstance(c, dict)]
-        total = int(data.get("total_commits") or data.get("ahead_by") or len(commits))
-        if total > len(commits):
-            return None
-        parents: dict[str, str] = {}
-        for c in commits:
-            first = (c.get("parents") or [{}])[0]
-            if isinstance(first, dict) and c.get("sha"):
-                parents[str(c["sha"])] = str(first.get("sha") or "")
+        parents = {str(c["sha"]): _first_parent(c) for c in commits if c.get("sha")}
         chain: list[str] = []
         at = bad
-        while at != good:
-            if at not in parents or len(chain) > len(commits):
-                return None
+        while at != good and at in parents and len(chain) <= limit:
             chain.append(at)
             at = parents[at]
-        return chain[::-1]
+        if at != good:  # the page stopped short of it: walk on
+            while at != good and at and len(chain) <= limit:
+                chain.append(at)
+                _, c = self.request(repo, "GET", f"/repos/{repo}/commits/{at}")
+                at = _first_parent(c)
+        return chain[::-1] if at == good and len(chain) <= limit else None
 
-    def merged_pulls(self, repo: str, sha: str) -> list[tuple[int, str]]:
-        """(number, author) of the merged PRs that brought `sha` in (GitHub's commit → PR
-        association)."""
+    def merged_pulls(self, repo: str, sha: str, branch: str) -> list[tuple[int, str]]:
+        """(number, author) of the PRs merged into `branch` that brought `sha` in (GitHub's
+        commit → PR association), the one whose merge commit it is first: a backport or a
+        sync into another branch is not the culprit's PR."""
         _, data = self.request(repo, "GET", f"/repos/{repo}/commits/{sha}/pulls")
         items = data.get("items")
-        return [
-            (int(p["number"]), str((p.get("user") or {}).get("login") or ""))
+        found = [
+            p
             for p in (items if isinstance(items, list) else [])
-            if isinstance(p, dict) and p.get("merged_at") and isinstance(p.get("number"), int)
+            if isinstance(p, dict)
+            and p.get("merged_at")
+            and isinstance(p.get("number"), int)
+            and (p.get("base") or {}).get("ref") == branch
         ]
+        found.sort(key=lambda p: p.get("merge_commit_sha") != sha)
+        return [(int(p["number"]), str((p.get("user") or {}).get("login") or "")) for p in found]
 
     def permission(self, repo: str, user: str, max_age_s: float = 0.0) -> str:
         """`admin`, `maintain`, `write`, `triage`, `read` or `none`; one answer of the

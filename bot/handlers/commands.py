@@ -178,18 +178,18 @@ def _adopt(ctx: Context, number: int, comment: dict[str, Any], cmd: Command) -> 
 
 
 def _answer(ctx: Context, number: int, comment: dict[str, Any], answer: str) -> None:
-    """`/rsi justified` or `/rsi false-alarm`: a writer's verdict on the PR's newest
-    regression alert, kept in the alert-quality ledger; anyone else is told who may."""
+    """`/rsi justified` or `/rsi false-alarm`: a writer's verdict on the PR's regression
+    alert, kept in the alert-quality ledger (writers only: `trigger.allow` may run
+    commands, not judge alerts); anyone else is told who may."""
     user, comment_id = str(comment["user"]["login"]), int(comment["id"])
     with ctx.db.session() as s:
         if approvals.recently_refused(s, ctx.repo, number, user):
             return
-    allowed = ctx.config().allows(user)
-    permission = None if allowed else ctx.github.permission(ctx.repo, user, max_age_s=0.0)
+    permission = ctx.github.permission(ctx.repo, user, max_age_s=0.0)
     with ctx.db.session() as s:
         if not _take(ctx, s, number, comment_id, user):
             return
-        if not allowed and permission not in approvals.WRITERS:
+        if permission not in approvals.WRITERS:
             _refuse(ctx, s, number, comment_id, user, permission)
             return
         q = inquiries.triage(s, ctx.repo, number, answer, user)

@@ -698,10 +698,13 @@ def record_history(svc: EffectPorts, vid: str, e: M.RecordHistory) -> None:
         raise LookupError(f"{vid}: no evidence.json in the artifact store")
     with svc.db.session() as s:
         v = _load(s, vid)
-        if v.inquiry_id is not None and not inquiries.remeasures(s, v):
-            return  # a bisection step: `bot.inquiries` reads it, it is not a merge's point
+        doc = json.loads(text)
+        if v.inquiry_id is not None:
+            inquiries.note_step(s, v, doc)  # the step's own row, for `bot.inquiries`
+            if not inquiries.remeasures(s, v):
+                return  # a bisection step is not a merge's point
         now = utcnow()
-        for found in watch.record(s, v, json.loads(text), now):
+        for found in watch.record(s, v, doc, now):
             if found.side != "regression":
                 continue  # an improvement is marked on the page, nobody is alerted
             series = found.series

@@ -39,6 +39,8 @@ def upgrade() -> None:
         sa.Column("triage", sa.String(20), nullable=True),
         sa.Column("triaged_by", sa.String(100), nullable=True),
         sa.Column("triaged_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("lease_until", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("lease_owner", sa.String(32), nullable=True),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
         sa.UniqueConstraint("series_id", "side", "good_sha", "bad_sha"),
