@@ -635,6 +635,8 @@ class HuntRow:
     state: str
     good: str
     bad: str
+    lo: str  # the range still holding the change
+    hi: str
     culprit: str | None
     culprit_pr: int | None
     steps: int
@@ -658,6 +660,8 @@ def of_series(s: Session, series_ids: list[int]) -> dict[int, list[HuntRow]]:
                 state=q.state,
                 good=q.good_sha,
                 bad=q.bad_sha,
+                lo=q.lo_sha,
+                hi=q.hi_sha,
                 culprit=q.culprit_sha,
                 culprit_pr=q.culprit_pr,
                 steps=len(q.steps),
