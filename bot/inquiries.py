@@ -37,7 +37,7 @@ from bot import leases, messages, pull_writes, watch
 from bot.github.api import GitHubError
 from bot.models import Inquiry, Series, SeriesPoint, Verification, utcnow
 from bot.repo_config import Plan, RepoConfig
-from bot.verification import store
+from bot.verification import fresh
 from bot.verification.machine import State
 from evidence.metrics import BY_NAME
 
@@ -443,34 +443,21 @@ def _measure(
     if not isinstance(plan, Plan):
         _stop(q, "not-measurable", {"gpu": series.gpu})
         return None
-    modes = [series.mode] if series.mode else plan.modes
-    v = store.create(
+    v = fresh.verification(
         s,
-        store.NewVerification(
-            repo=q.repo,
-            pr_number=None,
-            task=q.task,
-            base_sha=base,
-            head_sha=head,
-            head_repo=q.repo,
-            head_ref=head,
-            gpus=plan.gpus,
-            rounds=plan.rounds,
-            adaptive=plan.adaptive,
-            gpu_minutes=plan.gpu_minutes,
-            modes=modes,
-            candidate={
-                "candidate_id": f"inquiry-{q.id}-{len(q.steps) + 1}",
-                "task": q.task,
-                "repo": q.repo,
-                "base_sha": base,
-                "head": {"repo": q.repo, "ref": head, "sha": head},
-                "title": f"{kind} {base[:10]}..{head[:10]}",
-            },
-            trigger=f"{kind} of a suspected {q.side}",
-            watch=True,
-            inquiry_id=q.id,
-        ),
+        repo=q.repo,
+        task=q.task,
+        base=base,
+        head=head,
+        head_repo=q.repo,
+        head_ref=head,
+        plan=plan,
+        modes=[series.mode] if series.mode else plan.modes,
+        title=f"{kind} {base[:10]}..{head[:10]}",
+        trigger=f"{kind} of a suspected {q.side}",
+        watch=True,
+        candidate_id=f"inquiry-{q.id}-{len(q.steps) + 1}",
+        inquiry_id=q.id,
     )
     q.verification_id = v.id
     q.steps = [*q.steps, {"kind": kind, "base": base, "head": head, "verification_id": v.id}]

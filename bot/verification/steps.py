@@ -21,9 +21,9 @@ from sqlalchemy.orm import Session
 from bot import approvals, inquiries, observability, watch
 from bot.models import Effect, PullRequest, Verification, utcnow
 from bot.repo_config import Plan, RepoConfig
+from bot.verification import fresh, store
 from bot.verification import machine as M
 from bot.verification import reasons as R
-from bot.verification import store
 from bot.verification.effects import EXECUTORS, Outcome, find_run
 from bot.verification.reasons import Reason
 
@@ -397,7 +397,7 @@ def watch_push(
         skipped: list[str] = []
         for task in p.tasks:
             base, queued = watch.base_for(s, repo, task, before)
-            new = _fresh(
+            new = fresh.verification(
                 s,
                 repo=repo,
                 task=task,
@@ -504,7 +504,7 @@ def verify_pull(
         approvals.record_head(s, repo, pull.number, pull.head_sha, f"read:{comment_id}", now)
         if approved:
             approvals.approve(s, repo, pull.number, pull.head_sha, user)
-        new = _fresh(
+        new = fresh.verification(
             s,
             repo=repo,
             task=task,
@@ -530,59 +530,3 @@ def verify_pull(
     with svc.db.session() as s:
         made = store.get(s, vid)
         return (made, False) if made is not None else None
-
-
-def _fresh(
-    s: Session,
-    *,
-    repo: str,
-    task: str,
-    base: str,
-    head: str,
-    head_repo: str,
-    head_ref: str,
-    plan: Plan,
-    modes: list[str],
-    title: str,
-    trigger: str,
-    pr_number: int | None = None,
-    requested_by: str | None = None,
-    installation_id: int | None = None,
-    watch: bool = False,
-    held: bool = False,
-) -> Verification:
-    """A verification with no candidate before it (a push to main, a PR rsi-bot did not
-    open): its candidate record is written from what is measured."""
-    candidate: dict[str, object] = {
-        "candidate_id": ("watch-" + head[:12]) if watch else "pr-" + str(pr_number),
-        "task": task,
-        "repo": repo,
-        "base_sha": base,
-        "head": {"repo": head_repo, "ref": head_ref, "sha": head},
-        "title": title,
-    }
-    if pr_number is not None:
-        candidate["pull_request"] = pr_number
-    return store.create(
-        s,
-        store.NewVerification(
-            repo=repo,
-            pr_number=pr_number,
-            task=task,
-            base_sha=base,
-            head_sha=head,
-            head_repo=head_repo,
-            head_ref=head_ref,
-            gpus=plan.gpus,
-            rounds=plan.rounds,
-            adaptive=plan.adaptive,
-            gpu_minutes=plan.gpu_minutes,
-            modes=modes,
-            candidate=candidate,
-            trigger=trigger,
-            requested_by=requested_by,
-            installation_id=installation_id,
-            watch=watch,
-            held=held,
-        ),
-    )
