@@ -53,6 +53,17 @@ def merges(w: World) -> None:
         w.github.add_merged_pull(appkit.UPSTREAM, 40 + i, f"merge {i + 1}", [sha], user="alice")
 
 
+def suspected(w: World) -> Verification:
+    """The eight merges pushed at once and measured −8%: the watch's verification (its
+    point makes the detector suspect a regression)."""
+    merges(w)
+    push(w, appkit.BASE_SHA, COMMITS[-1], "push-1")
+    with w.svc.db.session() as s:
+        [v] = s.scalars(select(Verification).where(Verification.watch.is_(True))).all()
+    w.finish(v.id, base_sha=v.base_sha, head_sha=v.head_sha, speedup=-0.08)
+    return v
+
+
 def speedup(base: str, head: str) -> float:
     """The planted effect: −8% when the range base..head holds the culprit."""
     chain = [appkit.BASE_SHA, *COMMITS]
@@ -91,11 +102,7 @@ def measure_steps(w: World, limit: int) -> int:
 def test_a_planted_regression_among_eight_merges_is_bisected_to_its_pr_and_alerted_once(
     w: World, tmp_path: Path
 ) -> None:
-    merges(w)
-    push(w, appkit.BASE_SHA, COMMITS[-1], "push-1")  # the eight came in one push
-    with w.svc.db.session() as s:
-        [v] = s.scalars(select(Verification).where(Verification.watch.is_(True))).all()
-    w.finish(v.id, base_sha=v.base_sha, head_sha=v.head_sha, speedup=-0.08)
+    suspected(w)
     q = inquiry(w)
     assert (q.state, q.good_sha, q.bad_sha) == ("confirming", appkit.BASE_SHA, COMMITS[-1])
     assert measure_steps(w, 2) == 2  # the confirmation, then the first bisection step
@@ -139,11 +146,7 @@ def test_a_planted_regression_among_eight_merges_is_bisected_to_its_pr_and_alert
 
 
 def test_an_alarm_the_rerun_does_not_confirm_is_cleared_and_nobody_is_alerted(w: World) -> None:
-    merges(w)
-    push(w, appkit.BASE_SHA, COMMITS[-1], "push-1")
-    with w.svc.db.session() as s:
-        [v] = s.scalars(select(Verification).where(Verification.watch.is_(True))).all()
-    w.finish(v.id, base_sha=v.base_sha, head_sha=v.head_sha, speedup=-0.08)
+    suspected(w)
     [step] = steps_running(w)
     w.finish(step.id, base_sha=step.base_sha, head_sha=step.head_sha, speedup=0.0, round_cv=0.01)
     q = inquiry(w)
@@ -157,11 +160,7 @@ def test_an_alarm_the_rerun_does_not_confirm_is_cleared_and_nobody_is_alerted(w:
 
 def alert(w: World) -> Inquiry:
     """The whole hunt, no restart: the alerted inquiry."""
-    merges(w)
-    push(w, appkit.BASE_SHA, COMMITS[-1], "push-1")
-    with w.svc.db.session() as s:
-        [v] = s.scalars(select(Verification).where(Verification.watch.is_(True))).all()
-    w.finish(v.id, base_sha=v.base_sha, head_sha=v.head_sha, speedup=-0.08)
+    suspected(w)
     assert measure_steps(w, 9) == 4
     q = inquiry(w)
     assert q.state == "alerted", (q.steps, q.end_reason)
@@ -273,11 +272,7 @@ def test_two_workers_advancing_at_once_alert_once(
 ) -> None:
     """The drain's `follow` and the reconciler's `resume` at the same instant: the
     inquiry's lease lets one decide; the alert is written once (SQLite has no row locks)."""
-    merges(w)
-    push(w, appkit.BASE_SHA, COMMITS[-1], "push-1")
-    with w.svc.db.session() as s:
-        [v] = s.scalars(select(Verification).where(Verification.watch.is_(True))).all()
-    w.finish(v.id, base_sha=v.base_sha, head_sha=v.head_sha, speedup=-0.08)
+    v = suspected(w)
     with w.svc.db.session() as s:
         q = s.scalars(select(Inquiry)).one()
         q.state, q.verification_id = "bisecting", None
@@ -310,11 +305,7 @@ def test_two_workers_advancing_at_once_alert_once(
 
 def confirmed(w: World) -> None:
     """The eight merges pushed, the suspicion confirmed: the first bisection step runs."""
-    merges(w)
-    push(w, appkit.BASE_SHA, COMMITS[-1], "push-1")
-    with w.svc.db.session() as s:
-        [v] = s.scalars(select(Verification).where(Verification.watch.is_(True))).all()
-    w.finish(v.id, base_sha=v.base_sha, head_sha=v.head_sha, speedup=-0.08)
+    suspected(w)
     [rerun] = steps_running(w)
     w.finish(rerun.id, base_sha=rerun.base_sha, head_sha=rerun.head_sha, speedup=-0.08)
     assert inquiry(w).state == "bisecting"
