@@ -475,7 +475,7 @@ def _tell_unresolved(svc: StepPorts, s: Session, q: Inquiry) -> None:
     q.alerted_at = utcnow()
     view = alert_view(svc, q, series)
     title = messages.alert_title(view)
-    pull_writes.issue(s, q.repo, title, messages.unresolved_alert(view), [LABEL])
+    pull_writes.issue(s, q.repo, title, messages.unresolved_alert(view), [LABEL], about=q.id)
 
 
 def _alert(
@@ -494,7 +494,7 @@ def _alert(
         pull_writes.label(s, q.repo, q.culprit_pr, LABEL)
     if config.watch.alert_issue or q.culprit_pr is None:
         title = messages.alert_title(view)
-        pull_writes.issue(s, q.repo, title, messages.alert(view, author), [LABEL])
+        pull_writes.issue(s, q.repo, title, messages.alert(view, author), [LABEL], about=q.id)
     log.warning("%s: %s alerted at %s (PR %s)", q.repo, q.side, q.culprit_sha, q.culprit_pr)
 
 
@@ -583,7 +583,8 @@ def _num(x: Any) -> float | None:
 
 def triage(s: Session, repo: str, number: int, answer: str, user: str) -> Inquiry | None:
     """A maintainer's answer to the alerts on PR `number` (each series that saw the
-    culprit); the newest of them, or None when the PR has none."""
+    culprit), or to the alert issue `number` the App opened; the newest of them, or None
+    when there is none to answer."""
     found = list(
         s.scalars(
             select(Inquiry)
@@ -591,6 +592,10 @@ def triage(s: Session, repo: str, number: int, answer: str, user: str) -> Inquir
             .order_by(Inquiry.alerted_at.desc(), Inquiry.id.desc())
         )
     )
+    about = pull_writes.opened_issues(s, repo).get(number)
+    if not found and about is not None:
+        q = s.get(Inquiry, about)
+        found = [q] if q is not None and q.alerted_at is not None else []
     for q in found:
         q.triage, q.triaged_by, q.triaged_at = answer, user, utcnow()
     return found[0] if found else None

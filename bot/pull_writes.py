@@ -69,18 +69,39 @@ def react(s: Session, repo: str, number: int, comment_id: int, content: str) -> 
 REPOSITORY = 0
 
 
+def opened_issues(s: Session, repo: str) -> dict[int, int]:
+    """Issue number → `about` of the issues this repository's outbox opened."""
+    rows = s.scalars(
+        select(PullWrite.params).where(
+            PullWrite.repo == repo,
+            PullWrite.pr_number == REPOSITORY,
+            PullWrite.kind == "issue",
+            PullWrite.done_at.is_not(None),
+        )
+    )
+    return {
+        int(p["number"]): int(p["about"])
+        for p in rows
+        if isinstance(p.get("number"), int) and isinstance(p.get("about"), int)
+    }
+
+
 def label(s: Session, repo: str, number: int, name: str) -> None:
     """Add a label to the PR (or issue) once the session commits."""
     s.add(PullWrite(repo=repo, pr_number=number, kind="label", params={"labels": [name]}))
 
 
-def issue(s: Session, repo: str, title: str, body: str, labels: list[str]) -> None:
-    """Open an issue once the session commits (the repository's outbox)."""
-    params = {"title": title, "body": body, "labels": labels}
+def issue(
+    s: Session, repo: str, title: str, body: str, labels: list[str], about: int | None = None
+) -> None:
+    """Open an issue once the session commits (the repository's outbox); `about` (an
+    inquiry's id) is kept with the row, and the issue's number once it is open."""
+    params: dict[str, Any] = {"title": title, "body": body, "labels": labels, "about": about}
     s.add(PullWrite(repo=repo, pr_number=REPOSITORY, kind="issue", params=params))
 
 
-def _send(github: Writer, row: tuple[str, int, str, dict[str, Any]]) -> None:
+def _send(github: Writer, row: tuple[str, int, str, dict[str, Any]]) -> int | None:
+    """Carry out one row; the number of the issue it opened, if it opened one."""
     repo, number, kind, params = row
     if kind == "comment":
         github.create_comment(repo, number, str(params["body"]))
@@ -90,9 +111,10 @@ def _send(github: Writer, row: tuple[str, int, str, dict[str, Any]]) -> None:
         github.add_labels(repo, number, [str(x) for x in params["labels"]])
     elif kind == "issue":
         labels = [str(x) for x in params.get("labels") or []]
-        github.create_issue(repo, str(params["title"]), str(params["body"]), labels)
+        return github.create_issue(repo, str(params["title"]), str(params["body"]), labels)
     else:
         raise ValueError(f"no such PR write: {kind}")
+    return None
 
 
 def drain(db: Database, github: Writer, retry: Retry, repo: str, number: int) -> float | None:
@@ -130,7 +152,7 @@ def drain(db: Database, github: Writer, retry: Retry, repo: str, number: int) ->
             rid, attempts = row.id, row.attempts
             what = (row.repo, row.pr_number, row.kind, dict(row.params))
         try:
-            _send(github, what)
+            made = _send(github, what)
         except Exception as exc:
             _failed(db, retry, rid, attempts + 1, exc)
             continue
@@ -138,6 +160,8 @@ def drain(db: Database, github: Writer, retry: Retry, repo: str, number: int) ->
             done = s.get(PullWrite, rid)
             assert done is not None
             done.done_at, done.claimed_until, done.error = utcnow(), None, None
+            if made is not None:  # the issue's number: what answers to it are matched by
+                done.params = {**done.params, "number": made}
 
 
 def _failed(db: Database, retry: Retry, rid: int, attempts: int, exc: Exception) -> None:

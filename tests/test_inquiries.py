@@ -22,6 +22,7 @@ from bot.web.app import create_app
 from tests import appkit
 from tests.standin import GitHubStandIn
 from tests.test_life_words import WRITER, say
+from tests.test_reviews import command
 from tests.test_watch import CONFIG, push
 from tests.worlds import SHAPES, World, world
 
@@ -333,6 +334,22 @@ def test_a_failed_step_is_measured_again_and_a_confirmed_regression_is_told_anyw
     inquiries.resume(w.svc)
     w.settle()
     assert len(w.github.issues[appkit.UPSTREAM.lower()]) == 1
+    # A writer answers on that issue (there is no PR to answer on): the ledger counts it.
+    w.github.set_permission(appkit.UPSTREAM, WRITER, "write")
+    on_issue = command(w.github, issue.number, "/rsi justified", WRITER)
+    del on_issue["issue"]["pull_request"]
+    assert w.deliver("issue_comment", on_issue, "c-on-issue") == 202
+    w.settle()
+    assert (inquiry(w).triage, inquiry(w).triaged_by) == ("justified", WRITER)
+    # On anyone else's issue an answer is nothing: no reaction, no reply, no lookup.
+    w.github.add_comments(appkit.UPSTREAM, issue.number + 1, 1, body="hello", user="al")
+    elsewhere = command(w.github, issue.number + 1, "/rsi false-alarm", "reader-rae")
+    del elsewhere["issue"]["pull_request"]
+    before = len(w.github.requests)
+    assert w.deliver("issue_comment", elsewhere, "c-elsewhere") == 202
+    w.settle()
+    assert len(w.github.requests) == before
+    assert inquiry(w).triage == "justified"
     w.github.assert_clean()
 
 

@@ -63,12 +63,16 @@ def _written_at(comment: dict[str, Any]) -> dt.datetime | None:
 
 def commented(ctx: Context) -> None:
     comment, issue = ctx.payload["comment"], ctx.payload["issue"]
-    if "pull_request" not in issue or (ctx.payload.get("sender") or {}).get("type") == "Bot":
+    if (ctx.payload.get("sender") or {}).get("type") == "Bot":
         return
     cmd = parse(comment.get("body") or "")
-    if cmd is None:
-        return
+    if cmd is None or ("pull_request" not in issue and cmd.name not in ANSWERS):
+        return  # on an issue, only an answer to an alert issue the App opened
     number = int(issue["number"])
+    if "pull_request" not in issue:
+        with ctx.db.session() as s:
+            if number not in pull_writes.opened_issues(s, ctx.repo):
+                return  # someone else's issue: not the App's to answer on
     if cmd.name in ANSWERS and not cmd.errors:  # an answer to an alert on a merged PR
         try:
             _answer(ctx, number, comment, cmd.name)
