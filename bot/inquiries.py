@@ -290,7 +290,8 @@ def _decide(svc: StepPorts, qid: int, config: RepoConfig) -> str | None:
         bisected = sum(1 for st in q.steps if st["kind"] == "bisect" and not st.get("retry"))
         if bisected >= _max_steps(len(q.commits)):
             _stop(q, "bisect-stuck", {"steps": str(bisected)})
-            return None
+            _tell_unresolved(svc, s, q)
+            return "told" if q.alerted_at else None
         mid = todo[(len(todo) - 1) // 2]
         return _measure(s, q, config, q.lo_sha, mid, "bisect")
 
