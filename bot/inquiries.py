@@ -37,7 +37,7 @@ from bot import leases, messages, pull_writes, watch
 from bot.github.api import GitHubError
 from bot.models import Inquiry, Series, SeriesPoint, Verification, utcnow
 from bot.repo_config import Plan, RepoConfig
-from bot.verification import fresh
+from bot.verification import fresh, store
 from bot.verification.machine import State
 from evidence.metrics import BY_NAME
 
@@ -200,7 +200,7 @@ def _advance(svc: StepPorts, qid: int) -> None:
         if found.found and found.ok and not config.watch.enabled:
             _stop(q, "watch-off", {})
             return
-        if utcnow() - _aware(q.created_at) > MAX_AGE:
+        if utcnow() - store.aware(q.created_at) > MAX_AGE:
             _stop(q, "too-old", {"days": str(MAX_AGE.days)})
             return
     for _ in range(4):  # each pass is one decision; GitHub is read between passes
@@ -249,10 +249,6 @@ def _advance(svc: StepPorts, qid: int) -> None:
             for number in (pulls[0][0],) if pulls else ():
                 svc.queue.write(repo, number)
             svc.queue.write(repo, pull_writes.REPOSITORY)
-
-
-def _aware(t: dt.datetime) -> dt.datetime:
-    return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
 
 
 def _repo_of(svc: StepPorts, qid: int) -> str:
@@ -363,16 +359,7 @@ def note_step(s: Session, v: Verification, doc: dict[str, Any]) -> None:
     series = s.get(Series, q.series_id) if q is not None else None
     if q is None or series is None:
         return
-    want = (series.gpu, series.mode, series.concurrency, series.metric)
-    row = next(
-        (
-            r
-            for r in doc.get("study") or []
-            if isinstance(r, dict)
-            and (r.get("gpu"), r.get("mode"), r.get("concurrency"), r.get("metric")) == want
-        ),
-        None,
-    )
+    row = watch.study_row(doc, series.gpu, series.mode, series.concurrency, series.metric)
     if row is None:
         return
     kept = {k: row.get(k) for k in ("delta_pct", "ci_low_pct", "ci_high_pct", "verdict")}

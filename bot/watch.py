@@ -271,17 +271,31 @@ def _detect(series: Series, key: SeriesKey, sha: str, h: dict[str, Any], pairs: 
     return step
 
 
+def study_row(
+    doc: dict[str, Any], gpu: str, mode: str, concurrency: int, metric: str
+) -> dict[str, Any] | None:
+    """The evidence's study row of one GPU kind, mode, concurrency and metric: a series'
+    own row (the headline may be another)."""
+    want = (gpu, mode, concurrency, metric)
+    for r in doc.get("study") or []:
+        if (
+            isinstance(r, dict)
+            and (
+                r.get("gpu"),
+                r.get("mode"),
+                r.get("concurrency"),
+                r.get("metric"),
+            )
+            == want
+        ):
+            return r
+    return None
+
+
 def _levels(doc: dict[str, Any], gpu: str, key: SeriesKey) -> tuple[float | None, float | None]:
     """The parent's and the head's mean of the headline's row in that session."""
-    for r in doc.get("study") or []:
-        if isinstance(r, dict) and (
-            r.get("gpu"),
-            r.get("mode"),
-            r.get("concurrency"),
-            r.get("metric"),
-        ) == (gpu, key.mode, key.concurrency, key.metric):
-            return _num(r.get("base")), _num(r.get("head"))
-    return None, None
+    r = study_row(doc, gpu, key.mode, key.concurrency, key.metric)
+    return (_num(r.get("base")), _num(r.get("head"))) if r else (None, None)
 
 
 def _num(x: Any) -> float | None:
