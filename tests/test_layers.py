@@ -272,7 +272,11 @@ def test_only_the_registry_reaches_a_handler(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("importer", "imported", "why"),
     [
-        ("bot/handlers/runs.py", "bot.services", "a handler reaches the App through its context"),
+        ("bot/handlers/runs.py", "bot.services", "hands plain values to bot.features"),
+        ("bot/handlers/runs.py", "bot.verification.store", "hands plain values to bot.features"),
+        ("bot/handlers/pushes.py", "bot.approvals", "hands plain values to bot.features"),
+        ("bot/handlers/closing.py", "sqlalchemy.orm", "hands plain values to bot.features"),
+        ("bot/features/runs.py", "bot.services", "acts through the ports it is given"),
         ("bot/github/api.py", "bot.verification.store", "knows nothing above it"),
         ("bot/messages.py", "bot.github.api", "does no I/O"),
         ("bot/verification/store.py", "bot.verification.effects", "SQLAlchemy and the models"),
@@ -307,18 +311,46 @@ def test_each_row_of_the_architecture_table_is_enforced(
     assert why in found[0]
 
 
+def test_a_handler_uses_no_port_itself(tmp_path: Path) -> None:
+    root = tree(
+        tmp_path,
+        {
+            "bot/__init__.py": "",
+            "bot/handlers/__init__.py": "",
+            "bot/handlers/context.py": "",
+            "bot/handlers/closing.py": """\
+                def closed(ctx):
+                    with ctx.svc.db.session() as s:
+                        s.flush()
+                    ctx.svc.queue.write("o/r", 1)
+                    ctx.svc.github.pull("o/r", 1)
+                    ctx.svc.store.put("k", b"")
+            """,
+        },
+    )
+    said = "a handler hands its ports to bot.features and uses none itself"
+    assert violations(root) == [
+        f"bot/handlers/closing.py:2: {said} (.db)",
+        f"bot/handlers/closing.py:2: {said} (.session)",
+        f"bot/handlers/closing.py:4: {said} (.queue)",
+        f"bot/handlers/closing.py:5: {said} (.github)",
+        f"bot/handlers/closing.py:6: {said} (.store)",
+    ]
+
+
 def test_a_known_exception_is_quiet_until_it_is_gone(tmp_path: Path) -> None:
     files = {
         "bot/__init__.py": "",
         "bot/services.py": "",
         "bot/handlers/__init__.py": "",
-        "bot/handlers/context.py": "from bot import services\n",
+        "bot/handlers/context.py": "",
+        "bot/handlers/runs.py": "from bot import services\n",
     }
-    listed = {("bot.handlers.context", "bot.services"): "to be given ports"}
+    listed = {("bot.handlers.runs", "bot.services"): "to be given ports"}
     assert violations(tree(tmp_path / "now", files), listed) == []
-    files["bot/handlers/context.py"] = ""
+    files["bot/handlers/runs.py"] = ""
     assert violations(tree(tmp_path / "later", files), listed) == [
-        "tests/layers.py: KNOWN_EXCEPTIONS lists bot.handlers.context importing bot.services,"
+        "tests/layers.py: KNOWN_EXCEPTIONS lists bot.handlers.runs importing bot.services,"
         " which it no longer does"
     ]
 

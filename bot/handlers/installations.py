@@ -1,43 +1,34 @@
-"""Record where the App is installed (`installation`, `installation_repositories`)."""
+"""`installation` and `installation_repositories`, handed to `bot.features.installs`."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from sqlalchemy.orm import Session
-
+from bot.features import installs
 from bot.handlers.context import Context
-from bot.models import Installation
 
 
-def _row(s: Session, inst: dict[str, Any], repos: list[str]) -> Installation:
-    row = s.get(Installation, inst["id"])
-    if row is None:
-        row = Installation(
-            id=inst["id"],
-            account=inst["account"]["login"],
-            target_type=inst.get("target_type"),
-            repositories=repos,
-        )
-        s.add(row)
-    return row
+def _names(key: str, ctx: Context) -> list[str]:
+    return [str(r["full_name"]) for r in ctx.payload.get(key) or []]
 
 
 def installation(ctx: Context) -> None:
-    inst = ctx.payload["installation"]
-    action = ctx.payload.get("action")
-    repos = [r["full_name"] for r in ctx.payload.get("repositories") or []]
-    with ctx.db.session() as s:
-        row = _row(s, inst, repos)
-        row.active = action not in ("deleted", "suspend")
-        if action in ("created", "new_permissions_accepted") and repos:
-            row.repositories = repos
+    inst, action = ctx.payload["installation"], ctx.payload.get("action")
+    installs.changed(
+        ctx.svc,
+        int(inst["id"]),
+        str(inst["account"]["login"]),
+        inst.get("target_type"),
+        action if isinstance(action, str) else None,
+        _names("repositories", ctx),
+    )
 
 
 def installation_repositories(ctx: Context) -> None:
     inst = ctx.payload["installation"]
-    added = [r["full_name"] for r in ctx.payload.get("repositories_added") or []]
-    removed = {r["full_name"] for r in ctx.payload.get("repositories_removed") or []}
-    with ctx.db.session() as s:
-        row = _row(s, inst, [])
-        row.repositories = sorted((set(row.repositories) | set(added)) - removed)
+    installs.repositories(
+        ctx.svc,
+        int(inst["id"]),
+        str(inst["account"]["login"]),
+        inst.get("target_type"),
+        _names("repositories_added", ctx),
+        set(_names("repositories_removed", ctx)),
+    )

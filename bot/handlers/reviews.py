@@ -1,15 +1,13 @@
-"""A review that requests changes opens a review round: the author's next push answers it."""
+"""`pull_request_review` submitted: one that requests changes opens a review round
+(`bot.features.pulls`)."""
 
 from __future__ import annotations
 
+from bot.features import pulls
 from bot.handlers.context import Context
-from bot.verification import store
 
 
 def reviewed(ctx: Context) -> None:
     if str((ctx.payload.get("review") or {}).get("state", "")).lower() != "changes_requested":
         return
-    with ctx.db.session() as s:
-        pr = store.pull_request(s, ctx.repo, ctx.payload["pull_request"]["number"])
-        if pr is not None:
-            pr.review_pending = True
+    pulls.changes_requested(ctx.svc, ctx.repo, int(ctx.payload["pull_request"]["number"]))
