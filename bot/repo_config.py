@@ -70,6 +70,7 @@ from pydantic import (
     ValidationInfo,
     field_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from evidence import inert
 from evidence.policy import Policy
@@ -94,7 +95,7 @@ def _login(value: Any) -> Any:
         return value
     login = value.strip().removeprefix("@").lower()
     if not login or any(c.isspace() for c in login):
-        raise ValueError("not a GitHub login")
+        raise _bad("not_a_login")
     return login
 
 
@@ -154,7 +155,8 @@ class Thresholds(BaseModel):
     )
 
 
-TaskName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,99}$")]
+TASK_PATTERN = r"^[a-z0-9][a-z0-9-]{0,99}$"
+TaskName = Annotated[str, Field(pattern=TASK_PATTERN)]
 
 
 class Watch(BaseModel):
@@ -239,6 +241,7 @@ class Budget(BaseModel):
 
 
 AUTO = "auto"
+REF_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$"
 
 DesignName = Literal["auto", "alternate", "crossover", "sequential"]
 ControlName = Literal["none", "aa"]
@@ -248,10 +251,7 @@ def _control(value: Any) -> Any:
     """YAML 1.1 reads an unquoted `no`, `off`, `yes` or `on` as a boolean: name the
     cause instead of "should be 'none' or 'aa'" about a value the user never typed."""
     if isinstance(value, bool):
-        raise ValueError(
-            "must be none or aa (YAML reads an unquoted yes/no/on/off as true/false): "
-            "write `control: none` or `control: aa`"
-        )
+        raise _bad("control_boolean")
     return _lower(value)
 
 
@@ -262,7 +262,7 @@ def _rounds(value: Any) -> Any:
         return AUTO
     if isinstance(value, int) and not isinstance(value, bool):
         return value
-    raise ValueError("must be a whole number of rounds a side, or auto")
+    raise _bad("rounds_kind")
 
 
 Rounds = Annotated[int | Literal["auto"], BeforeValidator(_rounds)]
@@ -274,9 +274,34 @@ def rounds_phrase(rounds: int, adaptive: bool) -> str:
     return words("rounds_phrase", rounds, adaptive)
 
 
-def words(name: str, *args: Any) -> str:
+def words(name: str, /, *args: Any, **kwargs: Any) -> str:
     """A plain-text message of `pr_templates/repo_config.txt.j2`."""
-    return macro("repo_config.txt.j2", name, *args)
+    return macro("repo_config.txt.j2", name, *args, **kwargs)
+
+
+CUSTOM_CODES = frozenset(
+    {
+        "not_a_login",
+        "control_boolean",
+        "rounds_kind",
+        "ref_dotdot",
+        "watch_gpus_outside",
+        "control_needs_pairs",
+        "rounds_least",
+        "rounds_at_most",
+        "rounds_most_budget",
+    }
+)
+"""The checks of our own validators: their error type is the macro that words them."""
+
+
+def _bad(code: str, **params: Any) -> PydanticCustomError:
+    """A value the file may not hold: `code` is the macro of repo_config.txt.j2 that
+    says why, `params` its arguments. The problem is worded from those; the same words
+    are the error's message for whoever reads the exception itself (no braces: pydantic
+    would fill them in)."""
+    said = words(code, **params).replace("{", "(").replace("}", ")")
+    return PydanticCustomError(code, said, params)
 
 
 @dataclass(frozen=True)
@@ -312,9 +337,7 @@ class RepoConfig(BaseModel):
     base: Literal["keep", "main"] = "keep"
     # Read by the runner from the base commit's copy of this file: the ref of the
     # upstream repository whose benchmark scripts measure both sides.
-    benchmark_ref: Annotated[str | None, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")] = (
-        None
-    )
+    benchmark_ref: Annotated[str | None, Field(pattern=REF_PATTERN)] = None
     # How the runner measures (the dispatch's `design` input): auto leaves it to the task.
     # design comes before control so that the control check sees it.
     design: Annotated[DesignName, BeforeValidator(_lower)] = "auto"
@@ -328,7 +351,7 @@ class RepoConfig(BaseModel):
     @classmethod
     def _a_ref(cls, v: str | None) -> str | None:
         if v is not None and ".." in v:
-            raise ValueError("a ref name cannot contain '..'")
+            raise _bad("ref_dotdot")
         return v
 
     @field_validator("gpus", "modes")
@@ -343,13 +366,7 @@ class RepoConfig(BaseModel):
         allowed = info.data.get("gpus") or []
         outside = [g for g in v.gpus or [] if g not in allowed]
         if outside:
-            raise ValueError(
-                "`watch.gpus` names "
-                + ", ".join(outside)
-                + ", not among `gpus` ("
-                + ", ".join(allowed)
-                + ")"
-            )
+            raise _bad("watch_gpus_outside", outside=outside, allowed=list(allowed))
         return v
 
     @field_validator("control")
@@ -358,16 +375,9 @@ class RepoConfig(BaseModel):
         """The control's base-against-base pairs sit between the alternate design's real
         pairs; sequential rounds have no pairs to put them beside, and the crossover's
         two GPUs are both busy with real pairs (the runner refuses either)."""
-        why = {
-            "sequential": "sequential rounds have none",
-            "crossover": "the crossover's two GPUs are both busy with real pairs",
-        }.get(str(info.data.get("design")))
-        if v == "aa" and why is not None:
-            raise ValueError(
-                "`control: aa` needs the alternate design (its base-against-base pairs run "
-                "between the real pairs of resident servers; " + why + "): set "
-                "`design: alternate`, or `control: none`"
-            )
+        design = str(info.data.get("design"))
+        if v == "aa" and design in ("sequential", "crossover"):
+            raise _bad("control_needs_pairs", design=design)
         return v
 
     @field_validator("rounds")
@@ -376,12 +386,12 @@ class RepoConfig(BaseModel):
         if not isinstance(v, int):
             return v
         if v < MIN_ROUNDS:
-            raise ValueError(words("rounds_least", MIN_ROUNDS))
+            raise _bad("rounds_least", least=MIN_ROUNDS)
         if v > 50:
-            raise ValueError("at most 50 rounds a side")
+            raise _bad("rounds_at_most", most=50)
         budget = info.data.get("budget")
         if isinstance(budget, Budget) and v > budget.max_rounds:
-            raise ValueError(words("rounds_most_budget", budget.max_rounds))
+            raise _bad("rounds_most_budget", most=budget.max_rounds)
         return v
 
     def policy(self, base: Policy | None = None) -> Policy:
@@ -477,15 +487,29 @@ class RepoConfig(BaseModel):
 
 @dataclass(frozen=True)
 class Problem:
-    """One thing wrong with the file; `line`/`column` are 1-based."""
+    """One thing wrong with the file: `code`, a macro of `pr_templates/repo_config.txt.j2`,
+    and its `params`; the value found (`got`, quoted) and where (`line`/`column` 1-based,
+    `field` such as "thresholds.practical_pct" or "gpus[1]")."""
 
-    message: str
-    field: str | None = None  # e.g. "thresholds.practical_pct", "gpus[1]"
+    code: str
+    params: tuple[tuple[str, Any], ...] = ()
+    field: str | None = None
     line: int | None = None
     column: int | None = None
+    got: str | None = None
+
+    @property
+    def message(self) -> str:
+        text = words(self.code, **dict(self.params))
+        return text if self.got is None else words("with_got", text, self.got)
 
     def __str__(self) -> str:
         return words("problem_at", self.line, self.column, self.field, self.message)
+
+
+def problem(code: str, **params: Any) -> Problem:
+    """A problem of the whole file (no line or field)."""
+    return Problem(code, tuple(params.items()))
 
 
 @dataclass(frozen=True)
@@ -526,15 +550,16 @@ def parse(
         what = " ".join(x for x in (exc.context, exc.problem) if x) or "invalid YAML"
         line = mark.line + 1 if mark else None
         column = mark.column + 1 if mark else None
-        return fail_with(source, [Problem(words("yaml_syntax", what), line=line, column=column)])
+        found = Problem("yaml_syntax", (("what", what),), line=line, column=column)
+        return fail_with(source, [found])
     except yaml.YAMLError as exc:  # e.g. a control character the reader refuses
-        return fail_with(source, [Problem(words("yaml_syntax", exc))])
+        return fail_with(source, [problem("yaml_syntax", what=str(exc))])
     if data is None:  # empty, or only comments
         return source
     if not isinstance(data, dict):
         line = root.start_mark.line + 1 if root is not None else None
-        what = words("not_a_mapping_file", _yaml_kind(data))
-        return fail_with(source, [Problem(what, line=line)])
+        kind = (("kind", _yaml_kind(data)),)
+        return fail_with(source, [Problem("not_a_mapping_file", kind, line=line)])
     duplicates = list(_duplicates(root, ()))
     try:
         config = RepoConfig.model_validate(data)
@@ -611,29 +636,77 @@ def _shown(value: Any) -> str:
     return code_span(text if len(text) <= 60 else text[:57] + "…")
 
 
+_LIMITS = {
+    "greater_than_equal": ("at_least", "ge"),
+    "greater_than": ("more_than", "gt"),
+    "less_than_equal": ("at_most", "le"),
+    "less_than": ("less_than", "lt"),
+    "too_short": ("at_least_items", "min_length"),
+    "too_long": ("at_most_items", "max_length"),
+}
+_KINDS = {
+    "int_type": "whole_number",
+    "int_parsing": "whole_number",
+    "int_from_float": "whole_number",
+    "int_parsing_size": "whole_number",
+    "float_type": "a_number",
+    "float_parsing": "a_number",
+    "finite_number": "a_number",
+    "bool_type": "true_or_false",
+    "bool_parsing": "true_or_false",
+    "string_type": "text",
+    "list_type": "a_list",
+    "model_type": "not_a_mapping",
+    "model_attributes_type": "not_a_mapping",
+    "dict_type": "not_a_mapping",
+}
+_FORMS = {TASK_PATTERN: "task_form", REF_PATTERN: "ref_form"}
+
+
+def _why(err: Any) -> tuple[str, dict[str, Any]]:
+    """pydantic's error as (code, params) of our own words: its message is never shown."""
+    kind, ctx = str(err["type"]), dict(err.get("ctx") or {})
+    if kind in _LIMITS:
+        code, key = _LIMITS[kind]
+        return code, {"bound": ctx.get(key)}
+    if kind in _KINDS:
+        return _KINDS[kind], {}
+    if kind == "literal_error":
+        return "one_of", {"values": re.findall(r"'((?:[^'\\]|\\.)*)'", str(ctx.get("expected")))}
+    if kind == "string_pattern_mismatch":
+        return _FORMS.get(str(ctx.get("pattern")), "not_this_form"), {}
+    if kind in CUSTOM_CODES:
+        return kind, ctx
+    log.warning("rsi.yml: no words for pydantic's %r; said generically", kind)
+    return "not_valid_here", {}
+
+
 def _problem(err: Any, root: yaml.Node | None) -> Problem:
     loc: tuple[int | str, ...] = tuple(err["loc"])
-    kind = err["type"]
-    if kind == "extra_forbidden":
+    got: str | None = None
+    if err["type"] == "extra_forbidden":
         key = str(loc[-1])
         known = _fields_at(loc[:-1])
         close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-        shown = [code_span(k) for k in known]
-        message = words("unknown_key", code_span(key), code_span(close[0]) if close else "", shown)
+        code = "unknown_key"
+        params: dict[str, Any] = {
+            "key": code_span(key),
+            "close": code_span(close[0]) if close else "",
+            "known": [code_span(k) for k in known],
+        }
         node = _node_at(root, loc, key=True)
     else:
-        if kind in ("model_type", "model_attributes_type", "dict_type"):
-            message = words("not_a_mapping", _shown(err["input"]))
-        else:
-            why = str(err["msg"]).removeprefix("Value error, ")
-            message = words("invalid_value", why, _shown(err["input"]))
+        code, params = _why(err)
+        got = _shown(err["input"])
         node = _node_at(root, loc)
     mark = node.start_mark if node is not None else None
     return Problem(
-        message,
+        code,
+        tuple(params.items()),
         field=_path(loc) or None,
         line=mark.line + 1 if mark else None,
         column=mark.column + 1 if mark else None,
+        got=got,
     )
 
 
@@ -645,7 +718,8 @@ def _duplicates(node: yaml.Node | None, loc: tuple[int | str, ...]) -> Any:
             name = str(k.value) if isinstance(k, yaml.ScalarNode) else None
             if name is not None and name in seen:
                 yield Problem(
-                    words("given_twice", code_span(name)),
+                    "given_twice",
+                    (("name", code_span(name)),),
                     field=_path((*loc, name)),
                     line=k.start_mark.line + 1,
                     column=k.start_mark.column + 1,

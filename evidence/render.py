@@ -164,10 +164,10 @@ def _render(template: str, **context: Any) -> str:
     return _env().get_template(template).render(**context)
 
 
-def macro(template: str, name: str, *args: Any) -> str:
+def macro(template: str, name: str, /, *args: Any, **kwargs: Any) -> str:
     """What macro `name` of `template` says with `args`, without the white space around
     it: a message is a macro, so its words stay in `pr_templates/`."""
-    return str(getattr(_module(template), name)(*args)).strip()
+    return str(getattr(_module(template), name)(*args, **kwargs)).strip()
 
 
 @functools.cache

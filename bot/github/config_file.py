@@ -17,12 +17,11 @@ from bot.github.client import GitHubApp
 from bot.repo_config import (
     CONFIG_PATH,
     ConfigResult,
-    Problem,
     RepoConfig,
     code_span,
     fail_with,
     parse,
-    words,
+    problem,
 )
 
 log = logging.getLogger(__name__)
@@ -77,13 +76,13 @@ class ConfigCache:
         html_url = doc.get("html_url") if isinstance(doc.get("html_url"), str) else None
         source = ConfigResult(RepoConfig(), found=True, sha=sha, html_url=html_url, path=self.path)
         if doc.get("type") != "file":
-            return fail_with(source, [Problem(words("file_not_a_file", code_span(self.path)))])
+            return fail_with(source, [problem("file_not_a_file", path=code_span(self.path))])
         if doc.get("encoding") != "base64" or not isinstance(doc.get("content"), str):
-            return fail_with(source, [Problem(words("file_too_large", code_span(self.path)))])
+            return fail_with(source, [problem("file_too_large", path=code_span(self.path))])
         try:
             text = base64.b64decode(doc["content"]).decode("utf-8-sig")
         except (binascii.Error, UnicodeDecodeError):
-            return fail_with(source, [Problem(words("file_not_utf8", code_span(self.path)))])
+            return fail_with(source, [problem("file_not_utf8", path=code_span(self.path))])
         return parse(text, sha=sha, html_url=html_url, path=self.path)
 
     def forget(self, repo: str) -> None:
