@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from bot import leases, messages, pull_writes, watch
+from bot import leases, messages, pull_writes, triggers, watch
 from bot.github.api import GitHubError
 from bot.models import Inquiry, Series, SeriesPoint, Verification, utcnow
 from bot.repo_config import Plan, RepoConfig
@@ -442,7 +442,7 @@ def _measure(
         plan=plan,
         modes=[series.mode] if series.mode else plan.modes,
         title=f"{kind} {base[:10]}..{head[:10]}",
-        trigger=f"{kind} of a suspected {q.side}",
+        trigger=triggers.of(kind, q.side),
         watch=True,
         candidate_id=f"inquiry-{q.id}-{len(q.steps) + 1}",
         inquiry_id=q.id,

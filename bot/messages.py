@@ -13,6 +13,7 @@ from typing import Any
 
 from markupsafe import Markup
 
+from bot import triggers
 from bot.approvals import Outsider
 from bot.commands import Mistake
 from bot.models import Verification
@@ -195,9 +196,19 @@ def gpu_time(v: Verification) -> list[tuple[str, dict[str, Any]]]:
 _MENTION = re.compile(r"@([A-Za-z0-9-]+(?:\[bot\])?)")
 
 
-def _trigger(trigger: str) -> Markup:
-    """What started a verification ("push by @user"): its logins in code spans, which
-    notify nobody (the ledger is rewritten often), the rest inert text."""
+def trigger_words(stored: str) -> Markup:
+    """What started a verification, in words (`bot.triggers`): "push by `@user`", the
+    login in a code span, which notifies nobody (the ledger is rewritten often)."""
+    known = triggers.parse(stored)
+    if known is not None:
+        kind, arg = known
+        return Markup(_say("trigger", kind, arg, bool(_MENTION.fullmatch("@" + arg))))
+    return _legacy_trigger(stored)
+
+
+def _legacy_trigger(trigger: str) -> Markup:
+    """A trigger stored as free text before kinds: its logins in code spans, the rest
+    inert text."""
     out, pos = [], 0
     for m in _MENTION.finditer(trigger):
         out += [inert.text(trigger[pos : m.start()]), f"`@{m.group(1)}`"]
@@ -211,7 +222,7 @@ def _row(v: Verification, current: bool) -> LedgerRow:
         sha=v.head_sha,
         when=v.created_at.strftime("%Y-%m-%d %H:%M"),
         # A login in a code span notifies nobody: the ledger is rewritten often.
-        trigger=_trigger(v.trigger),
+        trigger=trigger_words(v.trigger),
         current=current,
     )
     # Measured numbers stay in the row whatever came after (a verification superseded
@@ -397,7 +408,17 @@ def status_reply(
     why = Markup(end_reason(v) if State(v.state).final and v.state != State.PUBLISHED.value else "")
     claim = CLAIM_WORDS.get(v.claim_status or "none", "")
     return _say(
-        "status_reply", user, v, why, claim, queued_s, so_far, expected, jobs(v), gpu_time(v)
+        "status_reply",
+        user,
+        v,
+        trigger_words(v.trigger),
+        why,
+        claim,
+        queued_s,
+        so_far,
+        expected,
+        jobs(v),
+        gpu_time(v),
     )
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from markdown_it import MarkdownIt
 
-from bot import messages
+from bot import messages, triggers
 from bot.approvals import Outsider
 from bot.commands import Mistake
 from bot.github.api import fit
@@ -392,8 +392,16 @@ def alerts() -> str:
     )
 
 
+def trigger_words() -> str:
+    """What started a verification, for each kind (a hostile login or branch), and a
+    row stored as free text before kinds."""
+    stored = [triggers.of(k, WORDS) if k != triggers.INTAKE else k for k in sorted(triggers.KINDS)]
+    return joined(*(messages.trigger_words(t) for t in [*stored, f"push by @octocat {WORDS}"]))
+
+
 KINDS: dict[str, Callable[[], str]] = {
     "alerts.md": alerts,
+    "triggers.md": trigger_words,
     "pr_opening.md": pr_opening,
     "pr_title.txt": pr_title,
     "reasons.md": reasons,

@@ -388,7 +388,7 @@ def test_approve_and_verify_runs_exactly_that_sha_for_writers_only(w: World) -> 
     assert w.github.dispatches[-1]["inputs"]["head_sha"] == B_SHA
     assert approved(w, number) == {B_SHA}
     v = w.latest(number)
-    assert (v.head_sha, v.trigger, v.requested_by) == (B_SHA, "Approve and verify by @mia", "mia")
+    assert (v.head_sha, v.trigger, v.requested_by) == (B_SHA, "approve:mia", "mia")
     assert v.check_run_id is not None
     assert v.check_run_id != check.id
     assert check.actions == []  # the button is gone from the waiting check run

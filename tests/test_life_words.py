@@ -425,13 +425,13 @@ def test_a_review_round_ends_with_the_first_push_after_it(w: World) -> None:
     w.settle()
     a = w.latest(number)
     assert a.head_sha == NEW_SHA
-    assert "after review" in a.trigger
+    assert a.trigger == "push-after-review:openrsi-bot"
     assert a.review_round
     assert w.deliver("pull_request", push(w.github, number, LATER_SHA, "openrsi-bot"), "p-b") == 202
     w.settle()
     b = w.latest(number)
     assert b.head_sha == LATER_SHA
-    assert b.trigger == "push by @openrsi-bot"
+    assert b.trigger == "push:openrsi-bot"
     assert not b.review_round
     assert w.verification(a.id).state == "superseded"
     # Nobody asked for either: no reply at all.

@@ -139,7 +139,7 @@ def test_review_round_trusted_push_reverify_and_ledger(
     assert v2.id != first
     assert v2.head_sha == NEW_SHA
     assert v2.review_round
-    assert v2.trigger == "push after review by @maintainer-mia"
+    assert v2.trigger == "push-after-review:maintainer-mia"
     assert v2.state == "dispatched"
     published(app, client, github, tmp_path, v2.id, "w2", seed=5, head_sha=NEW_SHA)
     body = evidence_comment(github, number)
@@ -162,7 +162,7 @@ def test_review_round_trusted_push_reverify_and_ledger(
         == 202
     )
     v3 = latest(app, number)
-    assert v3.trigger == "/rsi reverify by @maintainer-mia"
+    assert v3.trigger == "reverify:maintainer-mia"
     assert v3.gpus == ["H200"]
 
 
@@ -297,7 +297,7 @@ def test_rerun_button_reverifies_and_approves_the_sha(
     deliver(client, "check_run", p, "rr-1")
     v2 = latest(app, v1.pr_number or 0)
     assert v2.id != first
-    assert v2.trigger == "Re-run by @maintainer-mia"
+    assert v2.trigger == "rerun:maintainer-mia"
     assert v2.state == "dispatched"
 
 

@@ -24,7 +24,7 @@ from statistics import median
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from bot import approvals, inquiries, messages, pull_lease, pull_writes, watch
+from bot import approvals, inquiries, messages, pull_lease, pull_writes, triggers, watch
 from bot.commands import ANSWERS, Command
 from bot.github.api import Pull
 from bot.models import RunnerJob, Verification, utcnow
@@ -318,7 +318,7 @@ def _reverify(p: StepPorts, c: Comment, cmd: Command, permission: str | None) ->
         repo,
         number,
         head_sha=head,
-        trigger=f"/rsi reverify by @{user}",
+        trigger=triggers.of("reverify", user),
         gpus=plan.gpus,
         rounds=plan.rounds,
         adaptive=plan.adaptive,

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import select
 
-from bot import approvals, messages, pull_writes
+from bot import approvals, messages, pull_writes, triggers
 from bot.approvals import Outsider
 from bot.github.api import CommitPeople, Commits, GitHubError
 from bot.models import Delivery, utcnow
@@ -114,7 +114,7 @@ def pushed(p: StepPorts, h: Head) -> None:
             repo,
             number,
             head_sha=sha,
-            trigger=f"push by @{sender}",
+            trigger=triggers.of("push-awaiting", sender),
             gpus=plan.gpus,
             rounds=plan.rounds,
             adaptive=plan.adaptive,
@@ -126,13 +126,13 @@ def pushed(p: StepPorts, h: Head) -> None:
     base_sha = None
     if config.base == "main":
         base_sha = p.github.branch_sha(repo, h.base_ref)
-    trigger = "push after review" if answers_review else "push"
+    trigger = triggers.of("push-after-review" if answers_review else "push", sender)
     steps.verify_head(
         p,
         repo,
         number,
         head_sha=sha,
-        trigger=f"{trigger} by @{sender}",
+        trigger=trigger,
         gpus=plan.gpus,
         rounds=plan.rounds,
         adaptive=plan.adaptive,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 
-from bot import approvals
+from bot import approvals, triggers
 from bot.models import PullRequest
 from bot.repo_config import Plan
 from bot.verification import machine as M
@@ -35,7 +35,7 @@ def rerun(p: StepPorts, repo: str, sha: str, numbers: list[int], sender: str) ->
     config = p.repo_config(repo).config
     with p.db.session() as s:
         approvals.approve(s, repo, number, sha, sender)
-    _verify(p, repo, number, sha, sender, f"Re-run by @{sender}", config.plan_like(prev_gpus))
+    _verify(p, repo, number, sha, sender, triggers.of("rerun", sender), config.plan_like(prev_gpus))
 
 
 def approve_pressed(
@@ -68,7 +68,7 @@ def approve_pressed(
         approvals.approve(s, repo, number, sha, sender)
     config = p.repo_config(repo).config
     base_sha = p.github.branch_sha(repo, pull.base_ref) if config.base == "main" else None
-    trigger = f"Approve and verify by @{sender}"
+    trigger = triggers.of("approve", sender)
     _verify(p, repo, number, sha, sender, trigger, config.plan_like(gpus), base_sha)
 
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.orm import Session
 
-from bot import approvals, inquiries, messages, watch
+from bot import approvals, inquiries, messages, triggers, watch
 from bot.artifacts import TooLarge as ArtifactTooLarge
 from bot.artifacts import save_to_file
 from bot.github.api import APPROVE_ACTION, CHECK_NAME, WATCH_CHECK_NAME, GitHubError, Pull
@@ -97,7 +97,7 @@ def ensure_pull_request(svc: EffectPorts, vid: str, e: M.EnsurePullRequest) -> M
         number, repo, base_sha, sha = v.pr_number, v.repo, v.base_sha, v.head_sha
         # Only a candidate's head, before anything ran, is checked: a push's or a
         # command's head was the PR's head when it was asked for.
-        check = v.trigger == "intake" and v.state == M.State.QUEUED.value
+        check = v.trigger == triggers.INTAKE and v.state == M.State.QUEUED.value
         cand = Candidate.model_validate(v.candidate, context={"stored": True})
         # Always `owner:branch`: GitHub ignores a bare branch in the `head` filter and
         # would list every open PR when attaching to an existing one.

@@ -18,7 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from bot import approvals, inquiries, observability, watch
+from bot import approvals, inquiries, observability, triggers, watch
 from bot.models import Effect, PullRequest, Verification, utcnow
 from bot.repo_config import Plan, RepoConfig
 from bot.verification import fresh, store
@@ -408,7 +408,7 @@ def watch_push(
                 plan=how,
                 modes=p.modes,
                 title=branch + " at " + after[:10],
-                trigger="push to " + branch,
+                trigger=triggers.of("watch", branch),
                 installation_id=installation_id,
                 watch=True,
             )
@@ -515,7 +515,7 @@ def verify_pull(
             plan=plan,
             modes=plan.modes,
             title="PR #" + str(pull.number),
-            trigger="/rsi verify by @" + user,
+            trigger=triggers.of("verify", user),
             pr_number=pull.number,
             requested_by=user,
             held=not approved,

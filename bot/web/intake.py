@@ -28,7 +28,7 @@ from sqlalchemy import select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from bot import observability
+from bot import observability, triggers
 from bot.models import Delivery, Verification
 from bot.repo_config import Plan
 from bot.services import Services
@@ -138,7 +138,7 @@ def promoted(s: Session, repo: str, candidate_id: str) -> Verification | None:
         .where(
             Verification.repo == repo,
             Verification.candidate_id == candidate_id,
-            Verification.trigger == "intake",
+            Verification.trigger == triggers.INTAKE,
         )
         .order_by(Verification.created_at, Verification.id)
         .limit(1)
@@ -225,7 +225,7 @@ def candidates() -> tuple[Response, int]:
                     modes=plan.modes,
                     candidate=cand.model_dump(mode="json"),
                     candidate_id=cand.candidate_id,
-                    trigger="intake",
+                    trigger=triggers.INTAKE,
                 ),
             )
             answer = {
