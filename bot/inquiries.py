@@ -441,7 +441,7 @@ def _measure(
         head_ref=head,
         plan=plan,
         modes=[series.mode] if series.mode else plan.modes,
-        title=f"{kind} {base[:10]}..{head[:10]}",
+        title=fresh.title(kind, base=base, head=head),
         trigger=triggers.of(kind, q.side),
         watch=True,
         candidate_id=f"inquiry-{q.id}-{len(q.steps) + 1}",

@@ -26,6 +26,7 @@ from bot.github.api import fit
 from bot.inquiries import AlertView, StepView
 from bot.models import Inquiry, RunnerJob, Verification
 from bot.repo_config import parse, render_error
+from bot.verification import fresh
 from bot.verification.reasons import Reason
 from bot.web.reports import pending_page
 from evidence.model import Candidate
@@ -399,7 +400,19 @@ def trigger_words() -> str:
     return joined(*(messages.trigger_words(t) for t in [*stored, f"push by @octocat {WORDS}"]))
 
 
+def fresh_titles() -> str:
+    """The titles of the candidate records the watch, `/rsi verify` and an inquiry's steps
+    write (plain text, escaped where shown)."""
+    return joined(
+        fresh.title("watch", branch=WORDS, sha=SHA),
+        fresh.title("pull", number=44),
+        fresh.title("confirm", base=BASE, head=SHA),
+        fresh.title("bisect", base=BASE, head=SHA),
+    )
+
+
 KINDS: dict[str, Callable[[], str]] = {
+    "fresh_titles.txt": fresh_titles,
     "alerts.md": alerts,
     "triggers.md": trigger_words,
     "pr_opening.md": pr_opening,

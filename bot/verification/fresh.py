@@ -9,6 +9,13 @@ from sqlalchemy.orm import Session
 from bot.models import Verification
 from bot.repo_config import Plan
 from bot.verification import store
+from evidence.render import macro
+
+
+def title(kind: str, **params: object) -> str:
+    """The candidate record's title for a verification of `kind` (watch, pull, confirm,
+    bisect): a macro of `pr_templates/fresh.txt.j2`."""
+    return macro("fresh.txt.j2", kind, **params)
 
 
 def verification(
