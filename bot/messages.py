@@ -202,7 +202,9 @@ def trigger_words(stored: str) -> Markup:
     known = triggers.parse(stored)
     if known is not None:
         kind, arg = known
-        return Markup(_say("trigger", kind, arg, bool(_MENTION.fullmatch("@" + arg))))
+        login = _MENTION.fullmatch("@" + arg) is not None
+        # A login is only letters, digits, dashes and `[bot]`: as it is in its code span.
+        return Markup(_say("trigger", kind, Markup(arg) if login else arg, login))
     return _legacy_trigger(stored)
 
 

@@ -554,6 +554,8 @@ def parse(
         return fail_with(source, [found])
     except yaml.YAMLError as exc:  # e.g. a control character the reader refuses
         return fail_with(source, [problem("yaml_syntax", what=str(exc))])
+    except ValueError:  # an integer past Python's digit limit for a conversion
+        return fail_with(source, [problem("number_too_long")])
     if data is None:  # empty, or only comments
         return source
     if not isinstance(data, dict):
@@ -675,6 +677,8 @@ def _why(err: Any) -> tuple[str, dict[str, Any]]:
         return "one_of", {"values": re.findall(r"'((?:[^'\\]|\\.)*)'", str(ctx.get("expected")))}
     if kind == "string_pattern_mismatch":
         return _FORMS.get(str(ctx.get("pattern")), "not_this_form"), {}
+    if kind == "invalid_key":
+        return "key_not_text", {}
     if kind in CUSTOM_CODES:
         return kind, ctx
     log.warning("rsi.yml: no words for pydantic's %r; said generically", kind)

@@ -440,14 +440,15 @@ def clock_violations(module: str, rel: str, tree: ast.AST) -> list[Found]:
     return out
 
 
-HANDLER_PORT_USES = frozenset({"db", "queue", "session", "github", "store"})
-"""What a handler never touches: the database, the queue, GitHub or the artifact store;
-it hands `ctx.svc` on to `bot.features` whole."""
+HANDLER_PORT_USES = frozenset({"db", "queue", "session", "github", "store", "repo_config"})
+"""What a handler never touches: the database, the queue, GitHub, the artifact store or
+a repository's `.github/rsi.yml` (read from GitHub); it hands `ctx.svc` on to
+`bot.features` whole."""
 
 
 def handler_port_violations(module: str, rel: str, tree: ast.AST) -> list[Found]:
-    """A handler reads its payload only: no `.db`, `.session()`, `.queue`, `.github` or
-    `.store` of anything (those are the features' to use through the ports)."""
+    """A handler reads its payload only: no `.db`, `.session()`, `.queue`, `.github`,
+    `.store` or `.repo_config` of anything (the features' to use through the ports)."""
     if not _within(module, "bot.handlers") or module in HANDLER_SHARED:
         return []
     out: list[Found] = []

@@ -397,7 +397,9 @@ def trigger_words() -> str:
     """What started a verification, for each kind (a hostile login or branch), and a
     row stored as free text before kinds."""
     stored = [triggers.of(k, WORDS) if k != triggers.INTAKE else k for k in sorted(triggers.KINDS)]
-    return joined(*(messages.trigger_words(t) for t in [*stored, f"push by @octocat {WORDS}"]))
+    logins = [triggers.of("push", "dependabot[bot]"), triggers.of("approve", "maintainer-mia")]
+    legacy = f"push by @octocat {WORDS}"
+    return joined(*(messages.trigger_words(t) for t in [*stored, *logins, legacy]))
 
 
 def fresh_titles() -> str:
@@ -455,3 +457,13 @@ def test_no_hostile_string_acts(kind: str) -> None:
 
 MD = MarkdownIt("commonmark")
 SPAN = re.compile(r"(`+)(?!`).*?(?<!`)\1(?!`)", re.DOTALL)
+
+
+@pytest.mark.parametrize("kind", ["push", "push-after-review", "push-awaiting", "rerun", "approve"])
+def test_a_bot_login_reads_as_itself_in_a_trigger(kind: str) -> None:
+    """A login ending in `[bot]` stays as it is in its code span (an entity there would
+    be shown literally), as the free-text rows of before showed it."""
+    said = str(messages.trigger_words(triggers.of(kind, "dependabot[bot]")))
+    assert "`@dependabot[bot]`" in said
+    assert "&#" not in said
+    assert "`@dependabot[bot]`" in str(messages.trigger_words("push by @dependabot[bot]"))

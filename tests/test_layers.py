@@ -325,6 +325,7 @@ def test_a_handler_uses_no_port_itself(tmp_path: Path) -> None:
                     ctx.svc.queue.write("o/r", 1)
                     ctx.svc.github.pull("o/r", 1)
                     ctx.svc.store.put("k", b"")
+                    ctx.svc.repo_config(ctx.repo)
             """,
         },
     )
@@ -335,6 +336,7 @@ def test_a_handler_uses_no_port_itself(tmp_path: Path) -> None:
         f"bot/handlers/closing.py:4: {said} (.queue)",
         f"bot/handlers/closing.py:5: {said} (.github)",
         f"bot/handlers/closing.py:6: {said} (.store)",
+        f"bot/handlers/closing.py:7: {said} (.repo_config)",
     ]
 
 

@@ -595,3 +595,18 @@ def test_every_key_says_what_is_wrong_in_our_words(value: Any) -> None:
             assert p.field is not None, (path, p)
             assert p.field.startswith(path[0]), (path, p)
     assert said > 0
+
+
+@pytest.mark.parametrize("text", ["on: 1\n", "1: 2\n", "null: x\n", "trigger: {yes: [a]}\n"])
+def test_a_key_yaml_does_not_read_as_text_is_said_so(text: str) -> None:
+    """`on:` (a workflow file's habit), `yes:`, `null:` and `1:` are keys YAML reads as a
+    boolean, null or number: said as such, not as a bad value."""
+    p = _only(parse(text))
+    assert p.code == "key_not_text", p
+    assert "quote it" in p.message
+
+
+def test_a_number_too_long_to_read_is_a_problem_not_a_crash() -> None:
+    p = _only(parse("rounds: " + "9" * 5000 + "\n"))
+    assert p.code == "number_too_long", p
+    assert "too long" in p.message

@@ -28,7 +28,7 @@ from bot import approvals, inquiries, messages, pull_lease, pull_writes, trigger
 from bot.commands import ANSWERS, Command
 from bot.github.api import Pull
 from bot.models import RunnerJob, Verification, utcnow
-from bot.repo_config import Budget, Plan
+from bot.repo_config import Budget, Plan, RepoConfig
 from bot.verification import machine as M
 from bot.verification import reasons as R
 from bot.verification import steps, store
@@ -99,7 +99,9 @@ def _command(p: StepPorts, c: Comment, cmd: Command) -> None:
             log.info("%s#%s: comment %s acted on already", c.repo, c.number, c.comment_id)
             return
         quiet = approvals.recently_refused(s, c.repo, c.number, c.user)
-    allowed = p.repo_config(c.repo).config.allows(c.user)
+    # Read once: who may, and what a command runs, come from the same file.
+    config = p.repo_config(c.repo).config
+    allowed = config.allows(c.user)
     if quiet and not allowed:
         return  # refused within the hour: no reaction, lookup or reply this time
     with p.db.session() as s:
@@ -118,7 +120,7 @@ def _command(p: StepPorts, c: Comment, cmd: Command) -> None:
     act = {"reverify": _reverify, "verify": _reverify, "status": _status, "cancel": _cancel}[
         cmd.name
     ]
-    reply = act(p, c, cmd, permission)
+    reply = act(p, c, cmd, config, permission)
     if reply is not None:
         _say(p, c, reply)
 
@@ -254,9 +256,10 @@ def _say(p: StepPorts, c: Comment, body: str) -> None:
         pull_writes.comment(s, c.repo, c.number, body)
 
 
-def _reverify(p: StepPorts, c: Comment, cmd: Command, permission: str | None) -> str | None:
+def _reverify(
+    p: StepPorts, c: Comment, cmd: Command, config: RepoConfig, permission: str | None
+) -> str | None:
     repo, number, user = c.repo, c.number, c.user
-    config = p.repo_config(repo).config
     gpus = cmd.gpus
     if gpus is None and not cmd.all_gpus:
         with p.db.session() as s:
@@ -335,7 +338,9 @@ def _reverify(p: StepPorts, c: Comment, cmd: Command, permission: str | None) ->
     return messages.reverify_queued(user, v)
 
 
-def _status(p: StepPorts, c: Comment, cmd: Command, permission: str | None) -> str:
+def _status(
+    p: StepPorts, c: Comment, cmd: Command, config: RepoConfig, permission: str | None
+) -> str:
     with p.db.session() as s:
         v = store.latest(s, c.repo, c.number)
         if v is None:
@@ -347,7 +352,9 @@ def _status(p: StepPorts, c: Comment, cmd: Command, permission: str | None) -> s
         return messages.status_reply(v, c.user, queued, v.dispatched_at is None, expected)
 
 
-def _cancel(p: StepPorts, c: Comment, cmd: Command, permission: str | None) -> str:
+def _cancel(
+    p: StepPorts, c: Comment, cmd: Command, config: RepoConfig, permission: str | None
+) -> str:
     event = M.Cancel(Reason(R.CANCELLED_BY, {"user": c.user}))
     ids = steps.cancel_active(p, c.repo, c.number, event)
     return messages.cancelled(c.user, ids) if ids else messages.nothing_running(c.user)
