@@ -425,3 +425,25 @@ def test_setup_is_served_by_gunicorn(tmp_path: Path) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def test_github_failing_the_conversion_can_be_retried_with_the_same_answer(
+    tmp_path: Path, github: GitHubStandIn
+) -> None:
+    """GitHub made the App before it redirected here: when the conversion fails for a
+    passing reason, reloading the page converts the same code (a new setup would make a
+    second App, its name taken, the first one's key lost)."""
+    env_file = tmp_path / ".env"
+    client = setup_client(github, env_file)
+    _, state, manifest = start(client)
+    code = github.create_app_from_manifest(manifest)
+    github.fail_next("POST", r"^/app-manifests/", 502)
+    status, page = complete(client, code, state)
+    assert status == 502
+    assert "Reload this page to try again" in page
+    assert "<form" not in page  # no fresh start offered: it would make a second App
+    assert not env_file.exists()
+    status, page = complete(client, code, state)
+    assert status == 200, page
+    assert dotenv_values(env_file)["APP_ID"] == str(github.manifest_apps[code].id)
+    assert [r.status for r in github.matching("POST", r"^/app-manifests/")] == [502, 201]

@@ -164,18 +164,26 @@ class _States:
         with self._lock:
             return any(hmac.compare_digest(b, browser) for _, b in self._pending.values())
 
-    def take(self, state: str, browser: str) -> str:
+    def take(self, state: str, browser: str) -> tuple[str, float]:
         """ "ok" (and the state is spent), "unknown" (never issued here, spent or over an
-        hour old) or "elsewhere" (issued to another browser; it stays pending)."""
+        hour old) or "elsewhere" (issued to another browser; it stays pending); with
+        when the state was issued (for `give_back`)."""
         with self._lock:
             pending = self._pending.get(state)
             if pending is None or time.monotonic() - pending[0] > STATE_TTL_S:
                 self._pending.pop(state, None)
-                return "unknown"
+                return "unknown", 0.0
             if not browser or not hmac.compare_digest(pending[1], browser):
-                return "elsewhere"
+                return "elsewhere", pending[0]
             del self._pending[state]
-            return "ok"
+            return "ok", pending[0]
+
+    def give_back(self, state: str, browser: str, issued_at: float) -> None:
+        """A state spent on an answer GitHub could not convert for a passing reason (it
+        was unreachable, or answered 5xx): pending again, with its first hour, so
+        reloading the page tries the same code again (the App may exist already)."""
+        with self._lock:
+            self._pending[state] = (issued_at, browser)
 
 
 # --- writing the env file -----------------------------------------------------------------
@@ -248,6 +256,10 @@ def merge_env(path: Path, values: dict[str, str], *, comment: str = "") -> None:
 
 
 # --- the pages ------------------------------------------------------------------------------
+
+
+RETRYABLE = frozenset({"unreachable", "github-status"})
+"""Conversions that may work with the same code later: GitHub keeps it an hour."""
 
 
 class SetupFailed(Exception):
@@ -354,7 +366,8 @@ def complete() -> tuple[Response, int]:
     settings: SetupSettings = current_app.extensions["rsi_setup"]
     states: _States = current_app.extensions["rsi_setup_states"]
     code, state = request.args.get("code", ""), request.args.get("state", "")
-    taken = states.take(state, request.cookies.get(COOKIE, "")) if state else "unknown"
+    browser = request.cookies.get(COOKIE, "")
+    taken, issued_at = states.take(state, browser) if state else ("unknown", 0.0)
     if taken == "elsewhere":
         log.warning("setup: an answer from GitHub came from a browser that did not start it")
         return _page("setup.html.j2", 400, configured=False, error="elsewhere")
@@ -365,6 +378,15 @@ def complete() -> tuple[Response, int]:
     try:
         app = convert(settings, code)
     except SetupFailed as exc:
+        if exc.error in RETRYABLE:
+            states.give_back(state, browser, issued_at)
+            return _page(
+                "setup.html.j2",
+                exc.status,
+                configured=False,
+                error=exc.error,
+                answered=exc.answered,
+            )
         return _start_page(exc.error, exc.status, exc.answered)
     values = {"APP_ID": str(app["id"]), "PRIVATE_KEY": str(app["pem"])}
     webhook_secret = app.get("webhook_secret")
