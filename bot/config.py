@@ -191,6 +191,12 @@ def loopback_warning(url: str) -> str | None:
     )
 
 
+NO_APP_YET = (
+    "rsi-bot: no GitHub App is configured yet: create one with `rsi-bot setup` (README,"
+    ' "Create and install the App"), which writes APP_ID and its secrets into .env'
+)
+
+
 def error_lines(exc: ValidationError) -> list[str]:
     """One line per error: `VARIABLE: what is wrong`."""
     lines = []
@@ -220,4 +226,7 @@ def load_settings(**overrides: object) -> Settings:
         lines = error_lines(exc)
         if _key_missing(overrides) and not any(KEY_MISSING in line for line in lines):
             lines.append(KEY_MISSING)
-        raise ConfigError("\n".join(f"rsi-bot cannot start: {line}" for line in lines)) from None
+        said = "\n".join(f"rsi-bot cannot start: {line}" for line in lines)
+        if any(line.startswith("APP_ID: is missing") for line in lines):
+            said += "\n" + NO_APP_YET
+        raise ConfigError(said) from None

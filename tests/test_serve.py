@@ -78,6 +78,7 @@ def test_missing_configuration_names_every_variable(tmp_path: Path) -> None:
     assert "APP_ID: is missing" in proc.stderr
     assert "WEBHOOK_SECRET: is missing" in proc.stderr
     assert "PRIVATE_KEY or PRIVATE_KEY_PATH" in proc.stderr
+    assert "create one with `rsi-bot setup`" in proc.stderr  # where a newcomer goes next
     assert appkit.INTAKE_SECRET not in proc.stderr
 
 
