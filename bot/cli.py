@@ -452,7 +452,10 @@ def runner_repo(directory: Path) -> None:
 
     if not directory.exists() and not directory.parent.is_dir():
         # A mistyped path would otherwise become a tree of new folders.
-        click.echo(f"rsi-bot runner-repo: {directory.parent} is not a folder", err=True)
+        click.echo(
+            f"rsi-bot runner-repo: cannot write {directory}: {directory.parent} is not a folder",
+            err=True,
+        )
         sys.exit(2)
     result = rr.write(directory)
     for rel in result.written:
@@ -466,6 +469,33 @@ def runner_repo(directory: Path) -> None:
         f"{directory}: {len(result.written)} written, {len(result.removed)} removed, "
         f"{len(result.unchanged)} unchanged ({', '.join(version)})"
     )
+
+
+@main.command("check-config")
+@click.argument(
+    "file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path(".github/rsi.yml"),
+    required=False,
+)
+def check_config(file: Path) -> None:
+    """Check a repository's .github/rsi.yml (FILE, that path by default) as the App will
+    read it: each problem with its line and key, exit 1; else what a verification runs
+    under it.
+    """
+    from bot import repo_config
+
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        click.echo(f"rsi-bot check-config: cannot read {file}: {exc}", err=True)
+        sys.exit(2)
+    result = repo_config.parse(text, path=str(file))
+    if not result.ok:
+        for problem in result.problems:
+            click.echo(f"{file}: {problem}", err=True)
+        sys.exit(1)
+    click.echo(f"{file}: ok: {result.config.summary()}")
 
 
 if __name__ == "__main__":

@@ -226,3 +226,29 @@ def test_a_fifo_given_as_the_bundle_or_the_candidate_exits_2_at_once(tmp_path: P
     assert (code, f"{fifo}: not a regular file or folder" in stderr) == (2, True)
     code, _, stderr = run(str(H200), "--candidate", str(fifo), "--out", str(tmp_path / "o"))
     assert (code, f"{fifo}: not a regular file" in stderr) == (2, True)
+
+
+def test_check_config_says_each_problem_with_its_line(tmp_path: Path) -> None:
+    bad = tmp_path / "rsi.yml"
+    bad.write_text("rounds: 1\nround: 5\ngpus: [a100]\n")
+    got = CliRunner().invoke(main, ["check-config", str(bad)])
+    assert got.exit_code == 1
+    lines = got.output.splitlines()
+    why = "at least 3 rounds a side are needed for an interval (got `1`)"
+    assert lines[0] == f"{bad}: line 1, column 9: rounds: {why}"
+    assert "did you mean `rounds`?" in lines[1]
+    assert "must be 'H100' or 'H200'" in lines[2]
+
+
+def test_check_config_summarises_a_good_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".github").mkdir()
+    (tmp_path / ".github" / "rsi.yml").write_text("rounds: 5\ngpus: [h100]\n")
+    got = CliRunner().invoke(main, ["check-config"])
+    assert got.exit_code == 0, got.output
+    assert got.output.startswith(".github/rsi.yml: ok: GPUs H100; 5 rounds a side;")
+    missing = CliRunner().invoke(main, ["check-config", "nope.yml"])
+    assert missing.exit_code == 2
+    assert "cannot read nope.yml" in missing.output
