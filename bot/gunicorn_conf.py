@@ -30,6 +30,7 @@ arbiter, before anything is bound (`_check_settings`).
 from __future__ import annotations
 
 import gc
+import logging
 import os
 import sys
 from typing import Any, NoReturn
@@ -105,3 +106,17 @@ def on_starting(server: Any) -> None:
 def post_worker_init(worker: Any) -> None:
     gc.collect()
     gc.freeze()
+
+
+def worker_exit(server: Any, worker: Any) -> None:
+    """The worker's last act: logging's handlers let go while gevent still runs. Left to
+    the interpreter's teardown, each handler's weak-reference callback takes logging's
+    lock through gevent's torn-down thread module and prints a traceback at every stop."""
+    gc.unfreeze()
+    logging.shutdown()
+    loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
+    for logger in loggers:
+        if isinstance(logger, logging.Logger):
+            for handler in list(logger.handlers):
+                logger.removeHandler(handler)
+    gc.collect()

@@ -425,6 +425,12 @@ def test_setup_is_served_by_gunicorn(tmp_path: Path) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+    # A stop says nothing alarming: no traceback from logging's teardown under gevent,
+    # no warning that ssl was imported before gevent patched it.
+    said = log.read_text()
+    assert "Worker exiting" in said
+    assert "Traceback" not in said, said
+    assert "MonkeyPatchWarning" not in said, said
 
 
 def test_github_failing_the_conversion_can_be_retried_with_the_same_answer(

@@ -46,7 +46,6 @@ from pydantic import ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from bot.config import ConfigError, error_lines
-from bot.github import manifest
 from evidence.render import environment
 
 log = logging.getLogger(__name__)
@@ -275,6 +274,10 @@ class SetupFailed(Exception):
 
 def convert(settings: SetupSettings, code: str) -> dict[str, Any]:
     """`POST /app-manifests/{code}/conversions`: the new App, with its secrets."""
+    # Imported here, in the worker: requests loads ssl, which gevent must patch first
+    # (the setup command builds the app in the master process once, to check it).
+    from bot.github import manifest
+
     try:
         status, app = manifest.convert(settings.GITHUB_API_URL, code)
     except manifest.Unreachable as exc:
