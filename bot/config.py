@@ -197,12 +197,30 @@ NO_APP_YET = (
 )
 
 
+HINTS = {
+    "RSI_RUNNER_REPO": "must be owner/name, the repository holding the GPU workflow"
+    ' (README, "The runner repository")',
+}
+"""A variable's own words when its value has the wrong form (pydantic's are generic)."""
+
+_KINDS = {
+    "int_parsing": "must be a whole number",
+    "int_type": "must be a whole number",
+    "float_parsing": "must be a number",
+    "bool_parsing": "must be true or false",
+}
+
+
 def error_lines(exc: ValidationError) -> list[str]:
     """One line per error: `VARIABLE: what is wrong`."""
     lines = []
     for err in exc.errors():
         name = ".".join(str(x) for x in err["loc"])
         what = "is missing" if err["type"] == "missing" else err["msg"]
+        if err["type"] != "missing" and name in HINTS:
+            what = HINTS[name]
+        elif err["type"] in _KINDS:
+            what = f"{_KINDS[err['type']]} (got {err['input']!r})"
         what = what.removeprefix("Value error, ")
         lines.append(" ".join((f"{name}: {what}" if name else what).split()))
     return lines

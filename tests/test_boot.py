@@ -73,7 +73,7 @@ def test_each_bad_variable_is_one_line_naming_it(tmp_path: Path) -> None:
         lines = proc.stderr.splitlines()
         assert len(lines) == 3, proc.stderr
         assert all(x.startswith("rsi-bot cannot start: ") for x in lines), lines
-        assert any("METRICS_PORT: " in x and "integer" in x for x in lines), lines
+        assert any("METRICS_PORT: " in x and "whole number" in x for x in lines), lines
         assert any("LOG_FORMAT: " in x and "'json'" in x for x in lines), lines
         assert "rsi-bot cannot start: WEBHOOK_SECRET: is missing" in lines
 
@@ -92,8 +92,7 @@ def test_setup_configuration_error_is_one_line(tmp_path: Path) -> None:
     proc = run([*CLI, "setup", "--port", "0"], e, tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.splitlines() == [
-        "rsi-bot cannot start: METRICS_PORT: "
-        "Input should be a valid integer, unable to parse string as an integer"
+        "rsi-bot cannot start: METRICS_PORT: must be a whole number (got 'many')"
     ]
 
 

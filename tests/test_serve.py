@@ -79,6 +79,13 @@ def test_missing_configuration_names_every_variable(tmp_path: Path) -> None:
     assert "WEBHOOK_SECRET: is missing" in proc.stderr
     assert "PRIVATE_KEY or PRIVATE_KEY_PATH" in proc.stderr
     assert "create one with `rsi-bot setup`" in proc.stderr  # where a newcomer goes next
+    e["RSI_RUNNER_REPO"] = "nope"
+    proc = subprocess.run(
+        [RSI, "db", "upgrade"], env=e, capture_output=True, text=True, check=False, cwd=tmp_path
+    )
+    assert "RSI_RUNNER_REPO: must be owner/name, the repository holding the GPU workflow" in (
+        proc.stderr
+    )
     assert appkit.INTAKE_SECRET not in proc.stderr
 
 

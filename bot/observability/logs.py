@@ -165,6 +165,10 @@ def configure_logging(settings: _HasLogLevel) -> None:
     _install_record_factory()
     root = logging.getLogger()
     root.setLevel(settings.LOG_LEVEL.upper())
+    # urllib3 says "Retrying (…)" for each of a request's quick retries; the App logs the
+    # step that failed once per attempt itself. Kept when debugging.
+    quiet = root.level > logging.DEBUG
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR if quiet else logging.NOTSET)
     if not root.handlers:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(formatter_for(settings.LOG_FORMAT, sys.stderr))
