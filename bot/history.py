@@ -11,6 +11,7 @@ opens another: the same commit measured under both sizes the shift, and it is no
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -96,12 +97,29 @@ def open_series(s: Session, key: SeriesKey, now: dt.datetime) -> Series:
 
 
 def _what_changed(old: Series, key: SeriesKey) -> str:
+    """Why a series closed, as data the page words: `[["driver", old, new], ...]`."""
     parts = []
     if old.driver != key.driver:
-        parts.append(f"driver {old.driver} → {key.driver}")
+        parts.append(["driver", old.driver, key.driver])
     if old.image != key.image:
-        parts.append(f"runner image {old.image} → {key.image}")
-    return "; ".join(parts)
+        parts.append(["image", old.image, key.image])
+    return json.dumps(parts)[:300]
+
+
+def changes_of(closed_reason: str | None) -> list[tuple[str, str, str]]:
+    """(what, old, new) of each change that closed a series; [] for a reason stored as
+    words before it was data (the page shows those as they are)."""
+    try:
+        parts = json.loads(closed_reason or "")
+    except ValueError:
+        return []
+    if not isinstance(parts, list):
+        return []
+    return [
+        (str(p[0]), str(p[1]), str(p[2]))
+        for p in parts
+        if isinstance(p, list) and len(p) == 3 and p[0] in ("driver", "image")
+    ]
 
 
 def add_point(s: Session, key: SeriesKey, point: NewPoint, now: dt.datetime) -> SeriesPoint:
@@ -247,6 +265,7 @@ class SeriesView:
     closed_at: dt.datetime | None
     closed_reason: str | None
     successor_id: int | None
+    changes: list[tuple[str, str, str]] = field(default_factory=list)  # (what, old, new)
     points: list[PointView] = field(default_factory=list)
     shift_pct: float | None = None  # the level shift to the successor (one commit in both)
     shift_sha: str | None = None
@@ -301,6 +320,7 @@ def _view(x: Series) -> SeriesView:
         closed,
         x.closed_reason,
         x.successor_id,
+        changes=changes_of(x.closed_reason),
         shift_pct=x.shift_pct,
         shift_sha=x.shift_sha,
     )
@@ -403,7 +423,7 @@ class Chart:
     width: int
     height: int
     line: str  # the polyline's points
-    dots: list[tuple[float, float, str, str]]  # x, y, kind, tooltip
+    dots: list[tuple[float, float, str, PointView]]  # x, y, kind, the point (its tooltip)
     low: float
     high: float
 
@@ -429,9 +449,5 @@ def chart(points: list[PointView]) -> Chart | None:
     dots = []
     for (x, y), p in zip(coords, points, strict=True):
         if p.change_point or p.verdict in ("improved", "regressed"):
-            kind = p.change_point or p.verdict
-            tip = f"{p.sha[:10]} {p.change_pct:+.1f}%" + (
-                f" (#{p.pr_number})" if p.pr_number else ""
-            )
-            dots.append((x, y, kind, tip))
+            dots.append((x, y, p.change_point or p.verdict, p))
     return Chart(WIDTH, HEIGHT, line, dots, low, high)

@@ -94,7 +94,7 @@ def test_a_new_driver_closes_the_series_and_opens_another(app: Flask) -> None:
         ("550.54", False),
     ]
     new, old = views
-    assert old.closed_reason == "driver 550.54 → 560.28"
+    assert old.changes == [("driver", "550.54", "560.28")]
     assert old.successor_id == new.id
     assert [p.sha[-1] for p in old.points] == ["1", "2"]
     assert [p.sha[-1] for p in new.points] == ["3", "4"]
@@ -105,6 +105,7 @@ def test_a_new_driver_closes_the_series_and_opens_another(app: Flask) -> None:
     assert new.shift_pct is None
     page = client_page(app)
     assert "the level moved +6.0%" in page
+    assert "driver 550.54 → 560.28" in page
 
 
 def test_a_point_recorded_twice_is_kept_once(app: Flask) -> None:
@@ -176,6 +177,7 @@ def test_the_page_shows_each_series_its_chart_and_its_merges(
     assert "cosyvoice3 · H200 · streaming · concurrency 8 · rtf" in page
     assert page.count("<polyline") == 1
     assert '<circle class="regression"' in page
+    assert f"<title>{2:040x}"[:17] + " -8.1% (#412)</title>" in page  # the point's tooltip
     assert "#412" in page
     assert "−8.1%" in page or "-8.1%" in page
     assert "change point (regression)" in page
