@@ -177,7 +177,8 @@ def test_the_page_shows_each_series_its_chart_and_its_merges(
     assert "cosyvoice3 · H200 · streaming · concurrency 8 · rtf" in page
     assert page.count("<polyline") == 1
     assert '<circle class="regression"' in page
-    assert f"<title>{2:040x}"[:17] + " -8.1% (#412)</title>" in page  # the point's tooltip
+    tooltip = f"<title>{2:040x}"[:17] + " -8.1% (" + "#412)</title>"
+    assert tooltip in page  # the point's sha, change and PR
     assert "#412" in page
     assert "−8.1%" in page or "-8.1%" in page
     assert "change point (regression)" in page
