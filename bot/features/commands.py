@@ -322,11 +322,7 @@ def _reverify(
         number,
         head_sha=head,
         trigger=triggers.of("reverify", user),
-        gpus=plan.gpus,
-        rounds=plan.rounds,
-        adaptive=plan.adaptive,
-        gpu_minutes=plan.gpu_minutes,
-        modes=plan.modes,
+        plan=plan,
         requested_by=user,
         base_sha=base_sha,
     )

@@ -115,11 +115,7 @@ def pushed(p: StepPorts, h: Head) -> None:
             number,
             head_sha=sha,
             trigger=triggers.of("push-awaiting", sender),
-            gpus=plan.gpus,
-            rounds=plan.rounds,
-            adaptive=plan.adaptive,
-            gpu_minutes=plan.gpu_minutes,
-            modes=plan.modes,
+            plan=plan,
             awaiting=sender,
         )
         return
@@ -133,11 +129,7 @@ def pushed(p: StepPorts, h: Head) -> None:
         number,
         head_sha=sha,
         trigger=trigger,
-        gpus=plan.gpus,
-        rounds=plan.rounds,
-        adaptive=plan.adaptive,
-        gpu_minutes=plan.gpu_minutes,
-        modes=plan.modes,
+        plan=plan,
         base_sha=base_sha,
         review_round=answers_review,
     )

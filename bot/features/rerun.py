@@ -89,11 +89,7 @@ def _verify(
         number,
         head_sha=sha,
         trigger=trigger,
-        gpus=plan.gpus,
-        rounds=plan.rounds,
-        adaptive=plan.adaptive,
-        gpu_minutes=plan.gpu_minutes,
-        modes=plan.modes,
+        plan=plan,
         requested_by=sender,
         base_sha=base_sha,
     )

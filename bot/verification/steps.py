@@ -226,11 +226,7 @@ def verify_head(
     *,
     head_sha: str,
     trigger: str,
-    gpus: list[str],
-    rounds: int,
-    modes: list[str],
-    adaptive: bool = False,
-    gpu_minutes: float | None = None,
+    plan: Plan,
     requested_by: str | None = None,
     base_sha: str | None = None,
     review_round: bool = False,
@@ -240,7 +236,8 @@ def verify_head(
     new head) and supersede every earlier one still active. None when the PR has no
     earlier verification to copy. An active verification of the same head, base, GPUs,
     rounds (fixed, or until decided with the same cap and budget) and modes is returned
-    as it is (with `requested_by` added to whoever asked before).
+    as it is (with `requested_by` added to whoever asked before). `plan` is what it runs
+    (GPU kinds, rounds, modes: `RepoConfig.plan`).
 
     With `awaiting` (who pushed the head), the head is not trusted: the verification
     waits for a maintainer's approval and runs nothing (its check run offers Approve and
@@ -256,30 +253,31 @@ def verify_head(
             id="",
             head_sha=head_sha,
             base_sha=base,
-            gpus=tuple(sorted(g.upper() for g in gpus)),
-            how_many=(rounds, adaptive, gpu_minutes),
-            modes=tuple(sorted(modes)),
+            gpus=tuple(sorted(g.upper() for g in plan.gpus)),
+            how_many=(plan.rounds, plan.adaptive, plan.gpu_minutes),
+            modes=tuple(sorted(plan.modes)),
             awaiting=awaiting is not None,
         )
-        plan = M.plan_head(tuple(_measurement(v) for v in store.active(s, repo, number)), wanted)
-        if plan.join is None:
+        active = tuple(_measurement(v) for v in store.active(s, repo, number))
+        decided = M.plan_head(active, wanted)
+        if decided.join is None:
             asked = _next_of(prev, pr, wanted, trigger, requested_by, review_round)
-            new = store.create(s, replace(asked, gpus=gpus, modes=modes))
+            new = store.create(s, replace(asked, gpus=plan.gpus, modes=plan.modes))
             if awaiting is not None:
                 store.first_step(s, new, M.AwaitApproval(head_sha, awaiting))
             new_id = new.id
-    if plan.join is not None:
+    if decided.join is not None:
         # The same measurement is under way: whoever asks is told when it ends (an event,
         # so that an end written meanwhile tells them too).
         if requested_by:
-            apply(svc, plan.join, M.AlsoAsked(requested_by))
+            apply(svc, decided.join, M.AlsoAsked(requested_by))
         with svc.db.session() as s:
-            return store.get(s, plan.join)
+            return store.get(s, decided.join)
 
     def mark(s: Session, old: Verification) -> None:
         old.superseded_by = new_id
 
-    for vid in plan.supersede:
+    for vid in decided.supersede:
         apply(svc, vid, M.Supersede(new_id, head_sha), mark)
     log.info("%s of %s#%s at %s (%s)", new.id, repo, number, head_sha[:10], trigger)
     if awaiting is not None:
