@@ -103,6 +103,11 @@ ROWS = (
         exempt=("bot.handlers.context",),
     ),
     Row(
+        "bot.triggers",
+        ("bot", "sqlalchemy", "jinja2", "evidence"),
+        "a trigger is a stored value: its words are the template's",
+    ),
+    Row(
         "bot.features",
         ("bot.services", "bot.queue", "bot.db", "bot.web", "bot.cli", "bot.deliveries"),
         "a feature acts through the ports it is given",

@@ -277,6 +277,7 @@ def test_only_the_registry_reaches_a_handler(tmp_path: Path) -> None:
         ("bot/handlers/pushes.py", "bot.approvals", "hands plain values to bot.features"),
         ("bot/handlers/closing.py", "sqlalchemy.orm", "hands plain values to bot.features"),
         ("bot/features/runs.py", "bot.services", "acts through the ports it is given"),
+        ("bot/triggers.py", "bot.messages", "a trigger is a stored value"),
         ("bot/github/api.py", "bot.verification.store", "knows nothing above it"),
         ("bot/messages.py", "bot.github.api", "does no I/O"),
         ("bot/verification/store.py", "bot.verification.effects", "SQLAlchemy and the models"),
