@@ -8,8 +8,18 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 OUT    ?= out/demo
+# Test processes at once (pytest-xdist). Most of a test's time is spent waiting on the
+# processes and servers it starts, so twice the cores keeps both cores busy.
+TEST_WORKERS ?= 4
+# Tests are handed out two at a time, so the long ones (marked `long`, collected first)
+# start on different workers at once instead of queueing on the first.
+PYTEST := $(BIN)/pytest -n $(TEST_WORKERS) --maxschedchunk 2 --durations=30
 
-.PHONY: demo test services lint typecheck unit unit-fast bench clean
+# A test run starts hundreds of Python processes (the runner, its servers and clients,
+# the App's CLI): with bytecode caching off each one compiles its modules again.
+unexport PYTHONDONTWRITEBYTECODE
+
+.PHONY: demo test services lint typecheck unit unit-fast durations bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,8 +48,8 @@ typecheck: $(VENV)/.installed-test
 # The state machine and its steps are where the App's trust lives: their branch
 # coverage may not drop below 95%.
 unit: $(VENV)/.installed-test
-	$(BIN)/pytest --cov=bot/verification --cov-branch --cov-report=term-missing:skip-covered \
-	    --cov-fail-under=95
+	$(PYTEST) --cov=bot/verification --cov-branch --cov-report=term-missing:skip-covered \
+	    --cov-fail-under=95 --durations-json=out/test-durations.json
 
 # PostgreSQL, Redis, Chromium, wrk, a C compiler and the runner's candidate users: started
 # or installed as root, or the exact command to run. Every test needs them or fails.
@@ -55,7 +65,11 @@ unit-fast: $(VENV)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/pytest -m 'not services'
+	$(PYTEST) -m 'not services'
+
+# tests/README.md's tables of where the suite's time goes, from a run like `make unit`.
+durations: unit
+	$(BIN)/python -m tests.durations out/test-durations.json
 
 bench: $(VENV)/.installed
 	$(BIN)/python bench/evidence_scale.py

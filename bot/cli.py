@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -277,7 +278,34 @@ def worker(workers: int, metrics_port: int | None) -> None:
     rt = runtime.build(settings)
     if metrics_port is not None:
         observability.serve_metrics(rt, metrics_port, host=settings.METRICS_HOST)
-    rt.huey.create_consumer(workers=workers, worker_type="thread", periodic=True).run()
+    consumer = rt.huey.create_consumer(workers=workers, worker_type="thread", periodic=True)
+    _hold_signals_while_starting(consumer)
+    consumer.run()
+
+
+def _hold_signals_while_starting(consumer: Any) -> None:
+    """huey sets its signal handlers at the end of `start`, after its threads run: a
+    SIGINT or SIGTERM in between broke the start half-way, with its threads running.
+    One that comes while it starts is held, then given to huey's handlers: it stops the
+    consumer as it does later."""
+    import signal
+
+    start = consumer.start
+
+    def started() -> None:
+        held: list[int] = []
+        kinds = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+        before = {s: signal.signal(s, lambda n, _: held.append(n)) for s in kinds}
+        try:
+            start()  # its last step sets huey's handlers in place of these
+        except BaseException:
+            for s, handler in before.items():
+                signal.signal(s, handler)
+            raise
+        for n in held:
+            signal.raise_signal(n)
+
+    consumer.start = started
 
 
 @main.command()

@@ -50,6 +50,7 @@ def settings(tmp: Path, api_url: str, **overrides: Any) -> Settings:
         "ARTIFACT_STORE": str(tmp / "artifacts"),
         "RSI_RUNNER_REPO": RUNNER,
         "RSI_EFFECT_BACKOFF_S": 0,
+        "GITHUB_RETRY_BACKOFF_S": 0,  # a 5xx is retried at once: no test waits on the backoff
         "GITHUB_READ_INTERVAL_S": 0,
         "GITHUB_WRITE_INTERVAL_S": 0,
         "RSI_TRUSTED_PUSHERS": "openrsi-bot",

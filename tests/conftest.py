@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import ast
+import functools
 import inspect
 import shutil
 import tempfile
@@ -13,9 +15,8 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from bot import runtime
-from bot.db import upgrade
 from bot.web.app import create_app
-from tests import appkit
+from tests import appkit, schema
 from tests.browser import browser  # noqa: F401  (one Chromium per session, in conftest)
 from tests.bundles import clean_bundle
 from tests.standin import GitHubStandIn, serve
@@ -26,7 +27,7 @@ REAL = Path(__file__).parent / "fixtures" / "real"
 # Chromium) anywhere in the code it runs, or the fixture that gives a folder the runner's
 # candidate users can reach (a dry verification run as root, isolated as on a GPU runner;
 # the sandbox attacks build a library with the C compiler there too).
-SERVICE_HELPERS = frozenset({"postgres_database", "redis_db", "free_redis_db", "chromium"})
+SERVICE_HELPERS = frozenset({"postgres_database", "redis_db", "chromium"})
 SERVICE_FIXTURES = frozenset({"reachable_tmp"})
 
 
@@ -58,6 +59,61 @@ def _needs_services(code: types.CodeType, namespace: dict[str, Any], shape: obje
     return False
 
 
+def _is_app(target: object) -> bool:
+    """An object of the App (`bot`), or a test helper module that holds one."""
+    if isinstance(target, types.ModuleType):
+        name = target.__name__
+        if name == "bot" or name.startswith("bot."):
+            return True
+        return name.startswith("tests") and any(
+            (isinstance(v, types.ModuleType) and v.__name__.split(".")[0] == "bot")
+            or str(getattr(v, "__module__", "")).split(".")[0] == "bot"
+            for v in vars(target).values()
+        )
+    return str(getattr(target, "__module__", "")).split(".")[0] == "bot"
+
+
+@functools.cache
+def _imported_from_bot(path: str) -> frozenset[str]:
+    """The names a module's source binds from the App (`import bot…`, `from bot… import
+    x as y`): an object such as a click command does not name its module itself."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(Path(path).read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "bot":
+            names.update(a.asname or a.name for a in node.names)
+        elif isinstance(node, ast.Import):
+            names.update(
+                (a.asname or a.name).split(".")[0]
+                for a in node.names
+                if a.name.split(".")[0] == "bot"
+            )
+    return frozenset(names)
+
+
+def _runs_the_app(code: types.CodeType, namespace: dict[str, Any]) -> bool:
+    """Whether `code` may run the App's code in this process, following the functions
+    and classes of this test package it names (a helper module that holds App code
+    counts whole)."""
+    seen: set[types.CodeType] = set()
+    todo: list[tuple[types.CodeType, dict[str, Any]]] = [(code, namespace)]
+    while todo:
+        co, ns = todo.pop()
+        if co in seen:
+            continue
+        seen.add(co)
+        todo.extend((c, ns) for c in co.co_consts if isinstance(c, types.CodeType))
+        source = ns.get("__file__")
+        from_bot = _imported_from_bot(source) if isinstance(source, str) else frozenset()
+        for name in co.co_names:
+            target = ns.get(name)
+            if name in from_bot or _is_app(target):
+                return True
+            module = getattr(target, "__module__", None)
+            if isinstance(module, str) and module.startswith("tests"):
+                todo.extend((fn.__code__, fn.__globals__) for fn in _functions(target))
+    return False
+
+
 def _functions(target: Any) -> list[types.FunctionType]:
     """The plain functions behind a function, a fixture or a class's methods."""
     members = list(vars(target).values()) if isinstance(target, type) else [target]
@@ -71,23 +127,32 @@ def _functions(target: Any) -> list[types.FunctionType]:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark `services` every test that needs PostgreSQL, Redis, Chromium or root with the
-    candidate users: `make unit-fast` leaves them out (`-m 'not services'`)."""
+    candidate users: `make unit-fast` leaves them out (`-m 'not services'`).
+
+    And `no_cover` every test that cannot run the App's code in this process (the
+    runner, the evidence engine, the statistics): `make unit` measures coverage of
+    bot/verification, which such a test never reaches, and coverage's tracer would make
+    its CPU-bound work two to three times slower. A test that reaches the App is traced
+    whole, as before."""
     for item in items:
         if not isinstance(item, pytest.Function):
             continue
+        funcs = [item.function]
+        for defs in item._fixtureinfo.name2fixturedefs.values():
+            funcs.extend(d.func for d in defs)
+        codes = [(f.__code__, f.__globals__) for fn in funcs for f in _functions(fn)]
+        if not any(_runs_the_app(co, ns) for co, ns in codes):
+            item.add_marker(pytest.mark.no_cover)
         if SERVICE_FIXTURES & set(item.fixturenames):
             item.add_marker(pytest.mark.services)
             continue
         # A world's shape is a parameter of the test or of a fixture (`w`), by any name.
         params = item.callspec.params.values() if hasattr(item, "callspec") else ()
         shape = "embedded" if "embedded" in params else None
-        funcs = [item.function]
-        for defs in item._fixtureinfo.name2fixturedefs.values():
-            funcs.extend(d.func for d in defs)
-        for fn in funcs:
-            if any(_needs_services(f.__code__, f.__globals__, shape) for f in _functions(fn)):
-                item.add_marker(pytest.mark.services)
-                break
+        if any(_needs_services(co, ns, shape) for co, ns in codes):
+            item.add_marker(pytest.mark.services)
+    # The longest first: a long test handed out last would finish the run on its own.
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
 
 
 @pytest.fixture(autouse=True)
@@ -102,8 +167,17 @@ def _services_marked(request: pytest.FixtureRequest) -> Iterator[None]:
     test_services.MARKED = True
 
 
+@pytest.fixture(scope="session")
+def candidate_users() -> dict[str, str]:
+    """This test process's candidate users (tests/candidates.py), created if missing."""
+    from tests import candidates
+
+    candidates.create()
+    return candidates.USERS
+
+
 @pytest.fixture
-def reachable_tmp() -> Iterator[Path]:
+def reachable_tmp(candidate_users: dict[str, str]) -> Iterator[Path]:
     """A temporary folder the runner's candidate users can pass through (not list).
 
     A verification with isolation runs each side as its own user, who must reach its
@@ -139,7 +213,7 @@ def github() -> Iterator[GitHubStandIn]:
 @pytest.fixture
 def app(tmp_path: Path, github: GitHubStandIn) -> Iterator[Flask]:
     settings = appkit.settings(tmp_path, github.url)
-    upgrade(settings.DATABASE_URL)
+    schema.migrated(settings.DATABASE_URL)
     rt = runtime.build(settings, immediate=True)
     yield create_app(svc=rt)
     rt.db.dispose()
@@ -148,3 +222,34 @@ def app(tmp_path: Path, github: GitHubStandIn) -> Iterator[Flask]:
 @pytest.fixture
 def client(app: Flask) -> FlaskClient:
     return app.test_client()
+
+
+# ----------------------------------------------------------------- where the time goes
+
+_DURATIONS: list[tuple[str, str, float]] = []
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--durations-json",
+        metavar="PATH",
+        help="write every test's setup, call and teardown seconds to PATH (JSON), for "
+        "`python -m tests.durations PATH` to turn into tests/README.md's tables",
+    )
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Every phase of every test; under pytest-xdist the controller sees the workers'."""
+    _DURATIONS.append((report.nodeid, report.when, report.duration))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    path = session.config.getoption("--durations-json")
+    if not path or hasattr(session.config, "workerinput"):  # the controller writes it
+        return
+    import json
+
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    rows = [{"test": t, "when": w, "s": round(d, 3)} for t, w, d in _DURATIONS]
+    out.write_text(json.dumps(rows, indent=0) + "\n", encoding="utf-8")

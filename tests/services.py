@@ -49,15 +49,44 @@ def postgres_database() -> Iterator[str]:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+# Databases a test may have: 0 holds the locks below.
+REDIS_DBS = range(1, 16)
+
+
 @contextmanager
-def redis_db(number: int = 14) -> Iterator[str]:
+def redis_db() -> Iterator[str]:
+    """An empty Redis database no other test process holds (a lock per database in
+    database 0, expiring in case a run is killed): pytest-xdist's workers, or two test
+    runs on one machine, would otherwise share, and flush, each other's queue."""
     require_marked("Redis")
-    url = f"{REDIS}/{number}"
-    client = redis.Redis.from_url(url)
+    locks = redis.Redis.from_url(f"{REDIS}/0")
+    token = secrets.token_hex(8)
     try:
-        client.flushdb()
-    except redis.ConnectionError as exc:
-        raise RuntimeError(f"Redis is not running on 127.0.0.1:6379 ({exc}); {BRING_UP}") from exc
+        for number in REDIS_DBS:
+            key = f"rsi-tests:redis-db:{number}"
+            try:
+                if not locks.set(key, token, nx=True, ex=900):
+                    continue
+            except redis.ConnectionError as exc:
+                raise RuntimeError(
+                    f"Redis is not running on 127.0.0.1:6379 ({exc}); {BRING_UP}"
+                ) from exc
+            try:
+                with _flushed(f"{REDIS}/{number}") as url:
+                    yield url
+            finally:
+                if locks.get(key) == token.encode():
+                    locks.delete(key)
+            return
+        raise RuntimeError(f"every Redis database of {list(REDIS_DBS)} is held by a test run")
+    finally:
+        locks.close()
+
+
+@contextmanager
+def _flushed(url: str) -> Iterator[str]:
+    client = redis.Redis.from_url(url)
+    client.flushdb()
     try:
         yield url
     finally:

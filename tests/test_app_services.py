@@ -54,6 +54,7 @@ def deployed(
         )
         upgrade(settings.DATABASE_URL)
         rt = runtime.build(settings)
+        rt.huey.storage.read_timeout = 0.05  # a stop is seen at once, not after a second
         saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         consumer = rt.huey.create_consumer(
             workers=2, worker_type="thread", periodic=False, check_worker_health=False

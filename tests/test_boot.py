@@ -221,14 +221,27 @@ def test_a_worker_on_a_database_never_upgraded_says_so_and_exits_2(tmp_path: Pat
         f"{newest_revision()}; run `rsi-bot db upgrade` first"
     )
     assert run([*CLI, "db", "upgrade"], e, tmp_path).returncode == 0
-    worker = subprocess.Popen([*CLI, "worker"], env=e, cwd=tmp_path, stderr=subprocess.PIPE)
+    worker = subprocess.Popen(
+        [*CLI, "worker"], env=e, cwd=tmp_path, stderr=subprocess.PIPE, text=True
+    )
+    lines: list[str] = []
     try:
-        time.sleep(3)
-        assert worker.poll() is None  # upgraded: it runs
+        assert worker.stderr is not None
+        # upgraded: its consumer starts (read as it says so, not after a guessed wait)
+        for line in worker.stderr:
+            lines.append(line)
+            if "Huey consumer started" in line or "cannot start" in line:
+                break
+        assert worker.poll() is None, lines
     finally:
         worker.send_signal(signal.SIGINT)
         _, err = worker.communicate(timeout=30)
-    assert b"cannot start" not in err
+    assert any("Huey consumer started" in x for x in lines), lines
+    assert "cannot start" not in "".join(lines) + err
+    # a SIGINT while the consumer starts (as here) is a graceful stop, not a start broken
+    # half-way with its threads running
+    assert worker.returncode == 0, err[-3000:]
+    assert "Consumer exiting" in err, err[-3000:]
 
 
 def newest_revision() -> str:

@@ -22,6 +22,7 @@ import pytest
 
 from evidence.build import Inputs
 from runners import sandbox
+from tests import candidates
 from tests.reachable import dry_scripts
 from tests.test_runner_verify import (
     CANDIDATE_PYTHON,
@@ -173,7 +174,7 @@ def run_forge(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess[
 
 def candidate_processes() -> list[tuple[int, str]]:
     found: list[tuple[int, str]] = []
-    for name in sandbox.DEFAULT_USERS.values():
+    for name in candidates.USERS.values():
         import pwd
 
         found += list(sandbox.processes_of(pwd.getpwnam(name).pw_uid))
@@ -188,7 +189,7 @@ def test_a_forging_head_cannot_change_the_verdict(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     m = json.loads((out / "manifest.json").read_text())
     assert m["isolation"]["mode"] == "cgroup"
-    assert m["isolation"]["users"] == {"base": "rsi-base", "head": "rsi-head"}
+    assert m["isolation"]["users"] == candidates.USERS
     assert all(run["status"] == "ok" for run in m["runs"]), m["runs"]
     # the base and the records are as the runner left them
     assert (tmp_path / "work" / "base" / "rsi-dry.json").read_text() == "{}"
@@ -264,7 +265,7 @@ def test_a_changed_file_is_found_by_its_digest(tmp_path: Path) -> None:
 
 
 def test_a_process_that_escaped_its_cgroup_is_killed_and_named(tmp_path: Path) -> None:
-    sb = sandbox.Sandbox.open("cgroup", tmp_path / "sb")
+    sb = sandbox.Sandbox.open("cgroup", tmp_path / "sb", candidates.USERS)
     try:
         assert sb.parent is not None
         outside = sandbox.Group(sb.parent / "elsewhere")  # not the run's group

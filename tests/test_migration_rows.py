@@ -4,11 +4,13 @@ on, as `bot.db` opens it, rebuilds a table to drop a column)."""
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 from sqlalchemy import text
 
 from bot.db import downgrade, make_engine, upgrade
+from tests import schema
 from tests.services import postgres_database
 
 VERIFICATION = (
@@ -58,3 +60,22 @@ def test_the_newest_migrations_keep_rows_on_sqlite(tmp_path: Path) -> None:
 def test_the_newest_migrations_keep_rows_on_postgresql() -> None:
     with postgres_database() as url:
         _keeps_rows(url)
+
+
+def test_a_test_database_copied_from_the_template_is_the_upgraded_one(tmp_path: Path) -> None:
+    """tests/schema.py copies one migrated database for each App test: the copy must be
+    what `upgrade` makes of a new database, table for table and revision for revision."""
+    fresh, copied = tmp_path / "fresh.sqlite", tmp_path / "copied.sqlite"
+    upgrade(f"sqlite:///{fresh}")
+    schema.migrated(f"sqlite:///{copied}")
+
+    def shape(path: Path) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]:
+        with sqlite3.connect(path) as conn:
+            objects = conn.execute(
+                "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name"
+            ).fetchall()
+            revision = conn.execute("SELECT version_num FROM alembic_version").fetchall()
+        return objects, revision
+
+    assert shape(copied) == shape(fresh)
+    assert shape(fresh)[0]  # the template is not an empty file

@@ -76,8 +76,15 @@ def deployed(tmp_path: Path, github: GitHubStandIn) -> Iterator[Deployed]:
         web = runtime.build(settings)
         worker = runtime.build(settings)  # the consumer's jobs close over these
         saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        # SQLite is polled: huey's backoff would let an idle worker sleep up to 10 s.
         consumer = worker.huey.create_consumer(
-            workers=2, worker_type="thread", periodic=False, check_worker_health=False
+            workers=2,
+            worker_type="thread",
+            periodic=False,
+            check_worker_health=False,
+            initial_delay=0.02,
+            backoff=1.0,
+            max_delay=0.02,
         )
         consumer.start()
         try:

@@ -137,6 +137,7 @@ def test_a_budget_too_small_for_a_pair_stops_with_budget(tmp_path: Path) -> None
     assert len(m["runs"]) == 2
 
 
+@pytest.mark.long
 def test_a_failed_round_adds_no_look_and_is_not_counted(tmp_path: Path) -> None:
     """A run that fails brings no new data: no repeated look, and `rounds` counts the
     rounds a side that were measured, not the pairs that were tried (the last pair fails

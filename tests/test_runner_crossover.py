@@ -169,8 +169,9 @@ def test_without_a_gpu_the_crossover_falls_back_too(tmp_path: Path) -> None:
 # ------------------------------------------------------------------ in this process
 
 
-def _dry_servers() -> list[tuple[str, str, bool, int]]:
-    """(side, CUDA_VISIBLE_DEVICES, running, pid) of every dry server process."""
+def _dry_servers(within: Path) -> list[tuple[str, str, bool, int]]:
+    """(side, CUDA_VISIBLE_DEVICES, running, pid) of every dry server process whose
+    command line names `within` (this test's folder: other test processes run theirs)."""
     out = []
     for e in os.listdir("/proc"):
         if not e.isdigit():
@@ -182,6 +183,8 @@ def _dry_servers() -> list[tuple[str, str, bool, int]]:
         except OSError:
             continue
         if not any(c.endswith(b"runners/dry/server.py") for c in cmd):
+            continue
+        if not any(str(within).encode() in c for c in cmd):
             continue
         side = cmd[cmd.index(b"--side") + 1].decode()
         dev = next((v[21:].decode() for v in env if v.startswith(b"CUDA_VISIBLE_DEVICES=")), "")
@@ -195,14 +198,15 @@ class _TwoGpus(Backend):
 
     name = "fake"
 
-    def __init__(self, per_server: int, cross: bool = False) -> None:
+    def __init__(self, within: Path, per_server: int, cross: bool = False) -> None:
+        self.within = within
         self.per_server = per_server
         self.cross = cross  # the head's servers show a process on the other GPU
         self.running: list[list[tuple[str, str]]] = []
         self.lock = threading.Lock()
 
     def sample(self) -> list[dict[str, Any]]:
-        servers = _dry_servers()
+        servers = _dry_servers(self.within)
         with self.lock:
             self.running.append(sorted((s, d) for s, d, run, _ in servers if run))
         return [
@@ -219,7 +223,7 @@ class _TwoGpus(Backend):
 
     def processes(self) -> list[dict[str, Any]] | None:
         out = []
-        for side, dev, _, pid in _dry_servers():
+        for side, dev, _, pid in _dry_servers(self.within):
             gpu = int(dev) if dev.isdigit() else 0
             if self.cross and side == "head":
                 gpu = 1 - gpu
@@ -232,7 +236,7 @@ class _TwoGpus(Backend):
 
 def test_only_the_pairs_two_servers_run_one_a_side_on_each_gpu(tmp_path: Path) -> None:
     out = tmp_path / "bundle"
-    backend = _TwoGpus(1000)
+    backend = _TwoGpus(tmp_path, 1000)
     opts = dataclasses.replace(
         _in_process(tmp_path, out, "v-frozen", backend), design="crossover", rounds=3
     )
@@ -260,7 +264,7 @@ def test_servers_that_cannot_fit_twice_on_a_gpu_fall_back_to_sequential_saying_w
     monkeypatch.setenv("RSI_GPU_IDLE_MEM_MIB", "1000000")
     out = tmp_path / "bundle"
     opts = dataclasses.replace(
-        _in_process(tmp_path, out, "v-fit", _TwoGpus(100_000)), design="crossover"
+        _in_process(tmp_path, out, "v-fit", _TwoGpus(tmp_path, 100_000)), design="crossover"
     )
     assert Verifier(opts).run() == 0
     m = json.loads((out / "manifest.json").read_text())
@@ -292,7 +296,8 @@ def test_a_server_with_a_process_on_the_other_gpu_fails_its_pair(
     monkeypatch.setenv("RSI_GPU_IDLE_MEM_MIB", "1000000")
     out = tmp_path / "bundle"
     opts = dataclasses.replace(
-        _in_process(tmp_path, out, "v-cross", _TwoGpus(1000, cross=True)), design="crossover"
+        _in_process(tmp_path, out, "v-cross", _TwoGpus(tmp_path, 1000, cross=True)),
+        design="crossover",
     )
     Verifier(opts).run()
     m = json.loads((out / "manifest.json").read_text())

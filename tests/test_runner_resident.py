@@ -19,6 +19,7 @@ from runners import _toml, resident, sandbox
 from runners import task as tasks
 from runners.gpu import Backend, GpuInfo
 from runners.verify import Options, Verifier
+from tests import candidates
 from tests.test_runner_verify import (
     CANDIDATE_PYTHON,
     ROOT,
@@ -100,7 +101,7 @@ def test_without_isolation_the_idle_server_is_stopped_by_signal(tmp_path: Path) 
 
 def test_a_frozen_server_does_not_run_and_a_thawed_one_does(reachable_tmp: Path) -> None:
     """cgroup.freeze stops every process of the group, children included, until thawed."""
-    box = sandbox.Sandbox.open("cgroup", reachable_tmp)
+    box = sandbox.Sandbox.open("cgroup", reachable_tmp, candidates.USERS)
     proc: subprocess.Popen[bytes] | None = None
     try:
         group = box.group("freeze-test")
@@ -151,9 +152,13 @@ class _Proc:
 
 
 class _BigServers(Backend):
-    """A GPU whose memory fills when a dry server runs: 100 GB of 140 GB each."""
+    """A GPU whose memory fills when a dry server of this test runs (its command line
+    names `within`; other test processes run theirs): 100 GB of 140 GB each."""
 
     name = "fake"
+
+    def __init__(self, within: Path) -> None:
+        self.within = str(within).encode()
 
     def sample(self) -> list[dict[str, Any]]:
         servers = 0
@@ -163,7 +168,7 @@ class _BigServers(Backend):
                     cmd = Path(f"/proc/{e}/cmdline").read_bytes()
                 except OSError:
                     continue
-                servers += b"runners/dry/server.py" in cmd
+                servers += b"runners/dry/server.py" in cmd and self.within in cmd
         return [
             {
                 "gpu": 0,
@@ -213,7 +218,7 @@ def test_servers_that_cannot_fit_twice_fall_back_to_sequential_saying_why(
 ) -> None:
     monkeypatch.setenv("RSI_GPU_IDLE_MEM_MIB", "1000000")
     out = tmp_path / "bundle"
-    opts = _in_process(tmp_path, out, "v-fit", _BigServers())
+    opts = _in_process(tmp_path, out, "v-fit", _BigServers(tmp_path))
     assert Verifier(opts).run() == 0
     m = json.loads((out / "manifest.json").read_text())
     d = m["design"]
@@ -367,7 +372,7 @@ def test_a_burst_after_a_switch_is_not_measured_while_the_gpu_is_still_busy(
     tmp_path: Path,
 ) -> None:
     out = tmp_path / "bundle"
-    opts = _in_process(tmp_path, out, "v-busy", _BusyWhileServed())
+    opts = _in_process(tmp_path, out, "v-busy", _BusyWhileServed(tmp_path))
     Verifier(opts).run()
     m = json.loads((out / "manifest.json").read_text())
     runs = {x["id"]: x for x in m["runs"]}

@@ -25,6 +25,7 @@ import pytest
 from evidence.build import Inputs
 from evidence.build import build as _build
 from evidence.load import load
+from tests import candidates
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_SMI = ROOT / "tests" / "fixtures" / "nvidia-smi" / "bin"
@@ -62,7 +63,7 @@ def make_repo(path: Path, base: dict[str, Any], head: dict[str, Any]) -> tuple[s
 
 # The candidates' interpreter: the machine's own, which the candidate users can run (a
 # virtual environment under /root is closed to them; the runner checks and says so).
-CANDIDATE_PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
+CANDIDATE_PYTHON = candidates.PYTHON
 
 
 def runner_cmd(repo: Path, base: str, head: str, out: Path, *extra: str) -> list[str]:
@@ -103,6 +104,7 @@ def runner_cmd(repo: Path, base: str, head: str, out: Path, *extra: str) -> list
         "owner/repo",
         "--python",
         CANDIDATE_PYTHON,
+        *candidates.users_arg(),
         *extra,
     ]
 
@@ -757,7 +759,8 @@ def test_the_sandbox_check_names_an_interpreter_the_candidates_cannot_run(
     try:
         python = private / "python3"
         python.symlink_to(CANDIDATE_PYTHON)
-        cmd = [sys.executable, "-m", "runners", "sandbox", "--python", str(python)]
+        users = candidates.users_arg()
+        cmd = [sys.executable, "-m", "runners", "sandbox", *users, "--python", str(python)]
         bad = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
         ok = subprocess.run(
             [*cmd[:-1], CANDIDATE_PYTHON, "--workdir", str(tmp_path)],
@@ -776,7 +779,8 @@ def test_the_sandbox_check_names_an_interpreter_the_candidates_cannot_run(
     finally:
         shutil.rmtree(private, ignore_errors=True)
     assert bad.returncode == 1
-    assert f"user rsi-base cannot run {python} ({private} is not searchable" in bad.stderr
+    base = candidates.USERS["base"]
+    assert f"user {base} cannot run {python} ({private} is not searchable" in bad.stderr
     assert "give verify --python" in bad.stderr
     assert ok.returncode == 0, ok.stderr
     assert closed.returncode == 1

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from runners import proc, sandbox
+from tests import candidates
 from tests.reachable import dry_scripts
 from tests.test_runner_verify import ROOT, git, leftovers, runner_cmd, runner_env
 
@@ -251,7 +252,7 @@ for path in ({lock!r}, {nested!r}):
 def test_a_head_leaves_nothing_in_shared_memory_or_world_writable_folders(
     tmp_path: Path,
 ) -> None:
-    uid = pwd.getpwnam(sandbox.DEFAULT_USERS["head"]).pw_uid
+    uid = pwd.getpwnam(candidates.USERS["head"]).pw_uid
     # A folder everyone may write in, inside /tmp but not the head's (as /tmp/.X11-unix).
     shared = Path("/tmp") / f".rsi-test-shared-{secrets.token_hex(4)}"
     shared.mkdir()

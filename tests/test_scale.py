@@ -59,7 +59,7 @@ def _env(github: GitHubStandIn, db_url: str, redis_url: str, store: Path) -> dic
 
 @pytest.fixture
 def cluster(github: GitHubStandIn, tmp_path: Path) -> Iterator[tuple[list[str], str]]:
-    with postgres_database() as db_url, redis_db(13) as redis_url:
+    with postgres_database() as db_url, redis_db() as redis_url:
         upgrade(db_url)
         env = _env(github, db_url, redis_url, tmp_path / "store")
         procs: list[subprocess.Popen[bytes]] = []
@@ -145,6 +145,7 @@ def _wait(db: Database, vid: str, state: str, timeout: float = 60) -> Verificati
         time.sleep(0.2)
 
 
+@pytest.mark.long
 def test_two_apps_two_workers_publish_each_verification_once(
     cluster: tuple[list[str], str], github: GitHubStandIn, tmp_path: Path
 ) -> None:

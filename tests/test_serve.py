@@ -33,6 +33,7 @@ def env(tmp_path: Path, **extra: str) -> dict[str, str]:
             "RSI_INTAKE_SECRET": appkit.INTAKE_SECRET,
             "RSI_RUNNER_REPO": appkit.RUNNER,
             "GITHUB_API_URL": "http://127.0.0.1:9",
+            "GITHUB_RETRY_BACKOFF_S": "0",  # GitHub is unreachable here: no wait between tries
             "DATABASE_URL": f"sqlite:///{tmp_path / 'state' / 'rsi.db'}",
             "QUEUE_PATH": str(tmp_path / "state" / "queue.db"),
             "ARTIFACT_STORE": str(tmp_path / "artifacts"),
@@ -272,6 +273,7 @@ def signed_webhook(port: int, delivery: str) -> tuple[int, float]:
     return status, time.perf_counter() - t0
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("how", ["serve", "procfile"])
 def test_slow_clients_do_not_delay_a_webhook(tmp_path: Path, how: str) -> None:
     """2,000 connections that send their headers a byte a second, or nothing, and come back
@@ -325,6 +327,7 @@ def test_slow_clients_do_not_delay_a_webhook(tmp_path: Path, how: str) -> None:
         assert max(lives) <= CUT_OFF_S, summary
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(
     ("fields", "size"), [(99, 8000), (39, 4000)], ids=["gunicorn-defaults", "within-limits"]
 )

@@ -59,7 +59,9 @@ def test_unit_fast_leaves_out_the_services_marker() -> None:
     plan = subprocess.run(
         ["make", "-n", "unit-fast"], capture_output=True, text=True, cwd=ROOT, check=True
     ).stdout
-    assert "pytest -m 'not services'" in plan
+    assert re.search(
+        r"pytest -n \d+ --maxschedchunk 2 --durations=30 -m 'not services'$", plan, re.M
+    ), plan
     assert "test-services" not in plan
 
 

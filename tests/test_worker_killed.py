@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
@@ -44,6 +45,7 @@ def _env(rt: services.Services) -> dict[str, str]:
             "RSI_LEASE_S": "5",
             "GITHUB_READ_INTERVAL_S": "0",
             "GITHUB_WRITE_INTERVAL_S": "0",
+            "GITHUB_RETRY_BACKOFF_S": "0",
         }
     )
     return env
@@ -53,6 +55,7 @@ def _state(app: Flask, vid: str) -> Verification:
     return verification(app, vid)
 
 
+@pytest.mark.long
 def test_worker_killed_mid_publish(
     app: Flask, client: FlaskClient, github: GitHubStandIn, tmp_path: Path
 ) -> None:

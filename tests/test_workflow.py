@@ -818,6 +818,7 @@ def _git(cwd: Path, *args: str) -> str:
     return r.stdout.strip()
 
 
+@pytest.mark.long
 def test_act_runs_the_verify_job_with_the_dry_task(tmp_path: Path) -> None:
     """`act workflow_dispatch` runs the GPU job here with the `dry` task; the upload is
     skipped under act and the bundle it copied out is checked on disk instead."""

@@ -5,7 +5,6 @@ to do, so a test reads the same on both."""
 
 from __future__ import annotations
 
-import secrets
 import signal
 import threading
 import time
@@ -16,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import redis
 from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import select
@@ -26,36 +24,11 @@ from bot.db import upgrade
 from bot.models import Delivery, Verification
 from bot.verification import steps
 from bot.web.app import create_app
-from tests import appkit
-from tests.services import REDIS, postgres_database, redis_db
+from tests import appkit, schema
+from tests.services import postgres_database, redis_db
 from tests.standin import GitHubStandIn
 
 SHAPES = ("embedded", "deployed")
-REDIS_DBS = range(1, 12)  # 13 and 14 are other tests' fixed ones
-
-
-@contextmanager
-def free_redis_db() -> Iterator[str]:
-    """`tests.services.redis_db` on a database no other test process holds (a lock per
-    database in database 0, expiring in case a run is killed): two test runs on one
-    machine would otherwise share, and flush, each other's queue."""
-    locks = redis.Redis.from_url(f"{REDIS}/0")
-    token = secrets.token_hex(8)
-    try:
-        for number in REDIS_DBS:
-            key = f"rsi-tests:redis-db:{number}"
-            if not locks.set(key, token, nx=True, ex=900):
-                continue
-            try:
-                with redis_db(number) as url:
-                    yield url
-            finally:
-                if locks.get(key) == token.encode():
-                    locks.delete(key)
-            return
-        raise RuntimeError(f"every Redis database of {list(REDIS_DBS)} is held by a test run")
-    finally:
-        locks.close()
 
 
 @dataclass
@@ -201,7 +174,7 @@ def world(
     values: dict[str, Any] = {"RSI_EFFECT_ATTEMPTS": 3, **overrides}
     if shape == "embedded":
         settings = appkit.settings(tmp, github.url, **values)
-        upgrade(settings.DATABASE_URL)
+        schema.migrated(settings.DATABASE_URL)
         svc = runtime.build(settings, immediate=True)
         app = create_app(svc=svc)
         try:
@@ -209,12 +182,15 @@ def world(
         finally:
             svc.db.dispose()
         return
-    with postgres_database() as db_url, free_redis_db() as redis_url:
+    with postgres_database() as db_url, redis_db() as redis_url:
         settings = appkit.settings(
             tmp, github.url, DATABASE_URL=db_url, REDIS_URL=redis_url, **values
         )
         upgrade(settings.DATABASE_URL)
         svc = runtime.build(settings)
+        # A worker blocks on Redis for a read_timeout before it sees the stop flag: the
+        # default second would make every deployed world's teardown wait a second.
+        svc.huey.storage.read_timeout = 0.05
         saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         consumer = svc.huey.create_consumer(
             workers=workers, worker_type="thread", periodic=False, check_worker_health=False
