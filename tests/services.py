@@ -4,6 +4,7 @@ tests/conftest.py) and, when one is not running, fails with the command to run."
 
 from __future__ import annotations
 
+import atexit
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,14 +31,40 @@ def require_marked(what: str) -> None:
         )
 
 
+_TEMPLATE: list[str] = []  # this process's migrated template database, once made
+
+
+def _migrated_template() -> str:
+    """A database at the newest schema, made once per test process (pytest-xdist's
+    workers each have theirs) and dropped when the process exits."""
+    if not _TEMPLATE:
+        from bot.db import upgrade
+
+        name = f"rsi_template_{secrets.token_hex(4)}"
+        with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        atexit.register(_drop, name)
+        upgrade(f"postgresql://postgres@127.0.0.1:5432/{name}")
+        _TEMPLATE.append(name)
+    return _TEMPLATE[0]
+
+
+def _drop(name: str) -> None:
+    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 @contextmanager
-def postgres_database() -> Iterator[str]:
-    """A fresh, empty database; dropped afterwards."""
+def postgres_database(migrated: bool = False) -> Iterator[str]:
+    """A fresh database, empty or (`migrated`) a copy of one at the App's newest schema,
+    as `bot.db.upgrade` leaves a new one (tests/test_migration_rows.py checks that);
+    dropped afterwards."""
     require_marked("PostgreSQL")
     name = f"rsi_test_{secrets.token_hex(4)}"
     try:
+        template = f' TEMPLATE "{_migrated_template()}" STRATEGY FILE_COPY' if migrated else ""
         with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
+            conn.execute(f'CREATE DATABASE "{name}"{template}')
     except psycopg.OperationalError as exc:
         raise RuntimeError(
             f"PostgreSQL is not running on 127.0.0.1:5432 ({exc}); {BRING_UP}"
@@ -45,8 +72,7 @@ def postgres_database() -> Iterator[str]:
     try:
         yield f"postgresql://postgres@127.0.0.1:5432/{name}"
     finally:
-        with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        _drop(name)
 
 
 # Databases a test may have: 0 holds the locks below.

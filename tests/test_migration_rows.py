@@ -79,3 +79,28 @@ def test_a_test_database_copied_from_the_template_is_the_upgraded_one(tmp_path: 
 
     assert shape(copied) == shape(fresh)
     assert shape(fresh)[0]  # the template is not an empty file
+
+
+def test_a_postgresql_test_database_from_the_template_is_the_upgraded_one() -> None:
+    """tests/services.py copies a migrated template for each deployed world."""
+
+    def shape(url: str) -> list[tuple[object, ...]]:
+        engine = make_engine(url)
+        with engine.connect() as conn:
+            rows = conn.execute(
+                text(
+                    "SELECT table_name, column_name, data_type, is_nullable, column_default "
+                    "FROM information_schema.columns WHERE table_schema = 'public' "
+                    "UNION ALL SELECT 'index', indexname, indexdef, '', '' FROM pg_indexes "
+                    "WHERE schemaname = 'public' "
+                    "UNION ALL SELECT 'revision', version_num, '', '', '' FROM alembic_version "
+                    "ORDER BY 1, 2, 3"
+                )
+            ).all()
+        engine.dispose()
+        return [tuple(r) for r in rows]
+
+    with postgres_database() as fresh, postgres_database(migrated=True) as copied:
+        upgrade(fresh)
+        assert shape(copied) == shape(fresh)
+        assert any(r[0] == "revision" for r in shape(fresh))

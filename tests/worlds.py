@@ -20,7 +20,6 @@ from flask.testing import FlaskClient
 from sqlalchemy import select
 
 from bot import messages, pull_writes, runtime, services
-from bot.db import upgrade
 from bot.models import Delivery, Verification
 from bot.verification import steps
 from bot.web.app import create_app
@@ -182,11 +181,10 @@ def world(
         finally:
             svc.db.dispose()
         return
-    with postgres_database() as db_url, redis_db() as redis_url:
+    with postgres_database(migrated=True) as db_url, redis_db() as redis_url:
         settings = appkit.settings(
             tmp, github.url, DATABASE_URL=db_url, REDIS_URL=redis_url, **values
         )
-        upgrade(settings.DATABASE_URL)
         svc = runtime.build(settings)
         # A worker blocks on Redis for a read_timeout before it sees the stop flag: the
         # default second would make every deployed world's teardown wait a second.
