@@ -6,7 +6,7 @@ import inspect
 import shutil
 import tempfile
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +31,11 @@ SERVICE_HELPERS = frozenset({"postgres_database", "redis_db", "chromium"})
 SERVICE_FIXTURES = frozenset({"reachable_tmp"})
 
 
-def _needs_services(code: types.CodeType, namespace: dict[str, Any], shape: object) -> bool:
-    """Whether `code` reaches a service helper, following the functions and classes of
-    this test package it names. `tests.worlds.world` needs services only in the deployed
-    shape, so a test parametrized with the embedded shape does not."""
+def _names(
+    code: types.CodeType, namespace: dict[str, Any], follow: Callable[[object], bool]
+) -> Iterator[tuple[str, object, dict[str, Any]]]:
+    """Every name `code` uses, with what it stands for and the namespace it is read in,
+    following into the functions and classes of this test package that `follow` allows."""
     seen: set[types.CodeType] = set()
     todo: list[tuple[types.CodeType, dict[str, Any]]] = [(code, namespace)]
     while todo:
@@ -42,20 +43,28 @@ def _needs_services(code: types.CodeType, namespace: dict[str, Any], shape: obje
         if co in seen:
             continue
         seen.add(co)
-        if SERVICE_HELPERS & set(co.co_names):
-            return True
         todo.extend((c, ns) for c in co.co_consts if isinstance(c, types.CodeType))
         for name in co.co_names:
             target = ns.get(name)
+            yield name, target, ns
             module = getattr(target, "__module__", None)
-            if not isinstance(module, str) or not module.startswith("tests"):
-                continue
-            if module == "tests.worlds" and getattr(target, "__qualname__", "") == "world":
-                if shape != "embedded":
-                    return True
-                continue
-            for fn in _functions(target):
-                todo.append((fn.__code__, fn.__globals__))
+            if isinstance(module, str) and module.startswith("tests") and follow(target):
+                todo.extend((fn.__code__, fn.__globals__) for fn in _functions(target))
+
+
+def _is_world(target: object) -> bool:
+    return (
+        getattr(target, "__module__", None) == "tests.worlds"
+        and getattr(target, "__qualname__", "") == "world"
+    )
+
+
+def _needs_services(code: types.CodeType, namespace: dict[str, Any], shape: object) -> bool:
+    """Whether `code` reaches a service helper. `tests.worlds.world` needs services only
+    in the deployed shape, so a test parametrized with the embedded shape does not."""
+    for name, target, _ in _names(code, namespace, lambda t: not _is_world(t)):
+        if name in SERVICE_HELPERS or (_is_world(target) and shape != "embedded"):
+            return True
     return False
 
 
@@ -91,26 +100,12 @@ def _imported_from_bot(path: str) -> frozenset[str]:
 
 
 def _runs_the_app(code: types.CodeType, namespace: dict[str, Any]) -> bool:
-    """Whether `code` may run the App's code in this process, following the functions
-    and classes of this test package it names (a helper module that holds App code
-    counts whole)."""
-    seen: set[types.CodeType] = set()
-    todo: list[tuple[types.CodeType, dict[str, Any]]] = [(code, namespace)]
-    while todo:
-        co, ns = todo.pop()
-        if co in seen:
-            continue
-        seen.add(co)
-        todo.extend((c, ns) for c in co.co_consts if isinstance(c, types.CodeType))
+    """Whether `code` may run the App's code in this process (a helper module that holds
+    App code counts whole)."""
+    for name, target, ns in _names(code, namespace, lambda t: True):
         source = ns.get("__file__")
-        from_bot = _imported_from_bot(source) if isinstance(source, str) else frozenset()
-        for name in co.co_names:
-            target = ns.get(name)
-            if name in from_bot or _is_app(target):
-                return True
-            module = getattr(target, "__module__", None)
-            if isinstance(module, str) and module.startswith("tests"):
-                todo.extend((fn.__code__, fn.__globals__) for fn in _functions(target))
+        if _is_app(target) or (isinstance(source, str) and name in _imported_from_bot(source)):
+            return True
     return False
 
 
