@@ -5,6 +5,7 @@ tests/conftest.py) and, when one is not running, fails with the command to run."
 from __future__ import annotations
 
 import atexit
+import functools
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,22 +32,18 @@ def require_marked(what: str) -> None:
         )
 
 
-_TEMPLATE: list[str] = []  # this process's migrated template database, once made
-
-
+@functools.cache
 def _migrated_template() -> str:
     """A database at the newest schema, made once per test process (pytest-xdist's
     workers each have theirs) and dropped when the process exits."""
-    if not _TEMPLATE:
-        from bot.db import upgrade
+    from bot.db import upgrade
 
-        name = f"rsi_template_{secrets.token_hex(4)}"
-        with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
-        atexit.register(_drop, name)
-        upgrade(f"postgresql://postgres@127.0.0.1:5432/{name}")
-        _TEMPLATE.append(name)
-    return _TEMPLATE[0]
+    name = f"rsi_template_{secrets.token_hex(4)}"
+    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    atexit.register(_drop, name)
+    upgrade(f"postgresql://postgres@127.0.0.1:5432/{name}")
+    return name
 
 
 def _drop(name: str) -> None:
