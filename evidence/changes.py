@@ -148,20 +148,42 @@ def log_e_value(u: float, dof: float, lam: float) -> float:
     """log of the e-value for a statistic `u` that is at most Student t(`dof`) under no
     change and noncentral t(`dof`, `lam`) under the alternative: the density ratio.
     Its expectation under the null is 1 (at most 1 for a null stochastically below)."""
-    u = min(u, _U_MAX)
-    if lam <= 0.0:
-        return 0.0
+    return log_e_values([(u, lam)], dof)[0]
+
+
+def _t_logpdf(u: float, dof: float) -> float:
+    return (
+        math.lgamma(0.5 * (dof + 1.0))
+        - math.lgamma(0.5 * dof)
+        - 0.5 * math.log(dof * math.pi)
+        - 0.5 * (dof + 1.0) * math.log1p(u * u / dof)
+    )
+
+
+def log_e_values(points: list[tuple[float, float]], dof: float) -> list[float]:
+    """`log_e_value` of each (u, lam) at the same `dof`: one call into scipy for all of
+    them, since its per-call overhead is most of the cost (a watch replays every point)."""
+    us = [min(u, _U_MAX) for u, _ in points]
+    out = [0.0] * len(points)
+    todo = [i for i, (_, lam) in enumerate(points) if lam > 0.0]
     if dof >= _NORMAL_DOF:
-        return max(_LOG_FLOOR, lam * u - 0.5 * lam * lam)
+        for i in todo:
+            lam = points[i][1]
+            out[i] = max(_LOG_FLOOR, lam * us[i] - 0.5 * lam * lam)
+        return out
+    if not todo:
+        return out
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         try:
-            v = float(stats.nct.logpdf(u, dof, lam) - stats.t.logpdf(u, dof))
+            alt = stats.nct.logpdf([us[i] for i in todo], dof, [points[i][1] for i in todo])
+            vs = [float(a) - _t_logpdf(us[i], dof) for i, a in zip(todo, alt, strict=True)]
         except (OverflowError, FloatingPointError, ValueError):
-            v = math.nan
-    if math.isnan(v):
-        return _LOG_FLOOR  # far in the null's direction: no evidence for the change
-    return max(_LOG_FLOOR, min(v, 700.0))
+            vs = [math.nan] * len(todo)
+    for i, v in zip(todo, vs, strict=True):
+        # nan: far in the null's direction, no evidence for the change
+        out[i] = _LOG_FLOOR if math.isnan(v) else max(_LOG_FLOOR, min(v, 700.0))
+    return out
 
 
 @dataclass(frozen=True)
@@ -305,16 +327,24 @@ def point_log_e(point: Point, sd: float, policy: ChangePolicy) -> dict[str, dict
     """log e-values of one point, per side and component, given the predicted pair noise
     `sd` (which must not depend on this point)."""
     bias = math.log1p(policy.bias_pct / 100.0)
-    out: dict[str, dict[str, float]] = {}
-    for side in SIDES:
-        out[side] = {}
-        for name, shift, _ in policy.components:
-            if not point.usable or point.se is None:
-                out[side][name] = 0.0
-                continue
-            u = (_SIGN[side] * point.estimate_log - bias) / point.se
-            lam = min(policy.max_lambda, max(0.0, shift - bias) * math.sqrt(point.pairs) / sd)
-            out[side][name] = log_e_value(u, point.dof, lam)
+    keys = [(side, name, shift) for side in SIDES for name, shift, _ in policy.components]
+    if not point.usable or point.se is None:
+        values = [0.0] * len(keys)
+    else:
+        se = point.se
+        values = log_e_values(
+            [
+                (
+                    (_SIGN[side] * point.estimate_log - bias) / se,
+                    min(policy.max_lambda, max(0.0, shift - bias) * math.sqrt(point.pairs) / sd),
+                )
+                for side, _, shift in keys
+            ],
+            point.dof,
+        )
+    out: dict[str, dict[str, float]] = {side: {} for side in SIDES}
+    for (side, name, _), v in zip(keys, values, strict=True):
+        out[side][name] = v
     return out
 
 

@@ -152,9 +152,11 @@ def t_pdf(t: float, df: float) -> float:
     return math.exp(ln)
 
 
+@lru_cache(maxsize=16384)
 def t_isf(p: float, df: float) -> float:
     """The t with P(T > t) = p (the upper quantile): Newton on log P, safeguarded by a
-    bracket, from the normal quantile."""
+    bracket, from the normal quantile. Cached: a sequential study asks for the same few
+    levels at the same degrees of freedom at every look, and each costs ~80 µs."""
     if not 0.0 < p < 1.0:
         raise ValueError(f"p must lie in (0, 1), not {p}")
     if p > 0.5:
