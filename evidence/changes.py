@@ -39,6 +39,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+import numpy as np
 from scipy import stats
 
 Side = Literal["regression", "improvement"]
@@ -176,7 +177,9 @@ def log_e_values(points: list[tuple[float, float]], dof: float) -> list[float]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         try:
-            alt = stats.nct.logpdf([us[i] for i in todo], dof, [points[i][1] for i in todo])
+            alt = np.atleast_1d(
+                stats.nct.logpdf([us[i] for i in todo], dof, [points[i][1] for i in todo])
+            )
             vs = [float(a) - _t_logpdf(us[i], dof) for i, a in zip(todo, alt, strict=True)]
         except (OverflowError, FloatingPointError, ValueError):
             vs = [math.nan] * len(todo)
