@@ -9,7 +9,6 @@ empty.
 
 from __future__ import annotations
 
-import io
 import math
 from collections import defaultdict
 from collections.abc import Callable
@@ -22,6 +21,7 @@ matplotlib.use("Agg")
 
 import numpy as np
 from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from PIL import Image
@@ -568,14 +568,15 @@ def _save(fig: Figure, out_dir: Path, name: str) -> None:
     """
     folder = out_dir / "plots"
     folder.mkdir(parents=True, exist_ok=True)
-    buf = io.BytesIO()
-    fig.savefig(buf, dpi="figure", format="rgba")
-    width, height = fig.canvas.get_width_height(physical=True)
-    fig.clear()
-    img = Image.frombuffer("RGBA", (width, height), buf.getvalue(), "raw", "RGBA", 0, 1)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()  # type: ignore[no-untyped-call]  # savefig draws twice with a layout engine
+    width, height = canvas.get_width_height(physical=True)
+    rgba = canvas.buffer_rgba()  # type: ignore[no-untyped-call]
+    img = Image.frombuffer("RGBA", (width, height), rgba, "raw", "RGBA", 0, 1)
     pal = img.convert("RGB").quantize(
         colors=256, method=Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE
     )
+    fig.clear()
     pal.save(folder / f"{name}.png", format="PNG")
 
 
