@@ -129,7 +129,10 @@ class Adaptive(_Open):
 # Designs the engine knows how to analyse as pairs (base and head runs of the same
 # mode, concurrency and round measured close in time); any other name, even one that
 # says `paired`, is analysed unpaired.
-PAIRED_DESIGNS = frozenset({"alternate", "crossover"})
+PAIRED_DESIGNS = frozenset({"alternate", "crossover", "sequential"})
+# … of which the rounds are minutes apart: their pairs are fitted with trimmed means
+# (runners/seqstats.py `trimmed_fit`), so a level shift inside one pair is left out.
+TRIMMED_DESIGNS = frozenset({"sequential"})
 
 
 class DesignServer(_Open):
@@ -161,6 +164,10 @@ class Design(_Open):
         """Whether the engine analyses the runs as pairs: only a design it knows to pair,
         so a name it has never seen cannot buy a narrower interval by saying `paired`."""
         return self.paired and self.name in PAIRED_DESIGNS
+
+    @property
+    def analysed_trimmed(self) -> bool:
+        return self.analysed_paired and self.name in TRIMMED_DESIGNS
 
 
 class Control(_Open):
@@ -552,6 +559,7 @@ class DesignResult(BaseModel):
     recorded: bool = True  # False: the bundle predates `design` (read as sequential)
     known: bool = True
     paired: bool = False  # as the engine analysed the runs
+    trimmed: bool = False  # … its pairs fitted with trimmed means (sequential rounds)
     unit: str = "round"
     summary: str
     assumes: list[str] = Field(default_factory=list)

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runners import __version__, schedule
+from runners import __version__, memory, schedule
 from runners import task as tasks
 from runners.bundle import BundleError
 
@@ -372,6 +372,9 @@ def _tasks() -> int:
             bad += 1
             continue
         print(f"{name}: {t.model} — modes {', '.join(t.benchmark.modes)}")
+        share = memory.RESIDENT if t.benchmark.design == "alternate" else memory.SEQUENTIAL
+        line = memory.summary(t.server.commands(), t.server.memory, share)
+        print(f"    design {t.benchmark.design}; {line}")
     return 1 if bad else 0
 
 

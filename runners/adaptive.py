@@ -71,7 +71,8 @@ class Rounds:
     rows: dict[str, dict[str, Any]] = field(default_factory=dict)
     looks: list[dict[str, Any]] = field(default_factory=list)
     fallback: bool = False
-    paired: bool = False  # the alternate design: look at pairs (seqstats.decide_paired)
+    paired: bool = False  # look at pairs (seqstats.decide_paired)
+    trimmed: bool = False  # … rounds minutes apart: trimmed (seqstats.trimmed_fit)
 
     def _groups(self) -> list[tuple[str, list[list[int]]]]:
         """Per row, in plan order: its pairs, as indices into `plan`."""
@@ -133,7 +134,7 @@ class Rounds:
                     pb, ph, second = self._pairs(done(), name)
                     if len(pb) < 2:
                         continue
-                    look = seqstats.decide_paired(row, pb, ph, second)
+                    look = seqstats.decide_paired(row, pb, ph, second, self.trimmed)
                 else:
                     look = seqstats.decide(row, values[0], values[1])
                 rec = {"row": name, "round": pi + 1, **look.record()}
@@ -232,7 +233,13 @@ class Rounds:
         return {
             "method": "fixed rounds (the client's output has no throughput)"
             if self.fallback
-            else (design.paired_method if self.paired else design.method),
+            else (
+                design.trimmed_method
+                if self.paired and self.trimmed
+                else design.paired_method
+                if self.paired
+                else design.method
+            ),
             "threshold_pct": self.threshold_pct,
             "alpha": self.alpha,
             "max_rounds": self.max_rounds,

@@ -28,10 +28,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runners import netns, schedule
+from runners import memory, netns, schedule
+from runners.failures import RunFailure
 from runners.gpu import Backend, GpuInfo, wait_idle
 from runners.resident import (
-    FIT_FRACTION,
     Alternation,
     Refused,
     Resident,
@@ -42,7 +42,7 @@ from runners.resident import (
 from runners.util import iso
 
 if TYPE_CHECKING:
-    from runners.verify import Verifier
+    from runners.study import Study
 
 
 class OneGpu(Backend):
@@ -63,7 +63,7 @@ class OneGpu(Backend):
         return self.backend.info()
 
 
-def gpus_of(v: Verifier) -> list[int]:
+def gpus_of(v: Study) -> list[int]:
     """The whole GPUs the runner was given, by index (PCI bus order, as CUDA numbers them
     under CUDA_DEVICE_ORDER=PCI_BUS_ID): the selection's, else every GPU the backend reads."""
     sel = v.backend.selection
@@ -78,7 +78,7 @@ class Crossover(Alternation):
 
     name = "crossover"
 
-    def __init__(self, v: Verifier) -> None:
+    def __init__(self, v: Study) -> None:
         super().__init__(v)
         self.control = False  # a null control needs the alternate design
         self.first = ""  # servers start in the pair's order, before its bursts
@@ -144,13 +144,16 @@ class Crossover(Alternation):
             if before is not None and after is not None:
                 res.record["vram_mib"] = max(0, after - before)
             res.record["gpu_memory_total_mib"] = total
-            used = res.record.get("vram_mib")
-            if first and total and isinstance(used, int) and used > FIT_FRACTION * total:
-                self.fallback = "sequential"
-                raise Refused(
-                    f"the {res.side} server took {used} MiB of GPU {gpu}'s {total} MiB: two "
-                    "servers do not fit a GPU, so the sequential design ran"
-                )
+            took = res.record.get("vram_mib")
+            if first and total and after is not None and isinstance(took, int):
+                other = "head" if res.side == "base" else "base"
+                why = memory.others_fit(res.side, took, after, total, [other])
+                if why is not None:
+                    self.fallback = "sequential"
+                    raise Refused(
+                        f"on GPU {gpu}, {why}: two servers do not fit a GPU, so the "
+                        "sequential design ran"
+                    )
         if p.mode not in res.warmed and p.warmup_requests > 0:
             self._only(slot)
             freeze(res, False)
@@ -259,7 +262,6 @@ class Crossover(Alternation):
                 )
                 return [self._failed(r, "gpu-busy", msg, wait.waited_s) for r in runs]
             self.waited = True
-        from runners.verify import RunFailure
 
         try:
             for r, slot in zip(runs, slots, strict=True):

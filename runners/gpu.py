@@ -2,7 +2,8 @@
 
 `detect()` picks the first that works: NVML when `pynvml` imports and initialises,
 else `nvidia-smi` on PATH, else none (a CPU machine: nothing is sampled). The variable
-`RSI_GPU_BACKEND` (`nvml`, `nvidia-smi`, `none`) forces one.
+`RSI_GPU_BACKEND` (`nvml`, `nvidia-smi`, `none`) forces one; `dry` is a simulated GPU
+whose memory is what the dry servers hold (`DryGpu`).
 
 Each backend gives samples (one per GPU: SM clock, utilisation, memory used, power,
 throttle reasons), the compute processes on the GPUs, and static facts (name, count,
@@ -23,9 +24,11 @@ import time
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from runners import devices
+from runners.dry.gpumem import FOLDER_VAR, H100_MIB, SIZE_VAR, held_mib
 from runners.host import CpuLoad
 
 # NVML's clock-event ("throttle") reason bits, named as in nvidia-smi -q.
@@ -429,11 +432,67 @@ class Smi(Backend):
         return info
 
 
+# ------------------------------------------------------------------- a simulated GPU
+
+
+class DryGpu(Backend):
+    """A simulated GPU's memory, for the dry tasks on a machine without one (CI).
+
+    `RSI_GPU_BACKEND=dry` with `RSI_DRY_GPU=<folder>` (writable by the candidates'
+    users: mode 1777) and `RSI_DRY_GPU_MIB` (its size; an 80 GB H100's by default). A dry
+    server started with `--gpu-stage` (runners/dry/gpumem.py) takes its memory the way a
+    serving engine does and writes what it holds into a file of that folder, locked for
+    its life: the memory in use is the sum of the locked files (`held_mib`), so a killed
+    server frees its memory and a frozen one keeps it. Clocks and power are constant,
+    utilisation zero: nothing else of a GPU is simulated."""
+
+    name = "dry"
+
+    def __init__(self, folder: Path, total_mib: int = H100_MIB) -> None:
+        self.folder = folder
+        self.total_mib = total_mib
+
+    @classmethod
+    def from_env(cls, env: os._Environ[str] | dict[str, str] | None = None) -> DryGpu:
+        env = os.environ if env is None else env
+        folder = env.get(FOLDER_VAR)
+        if not folder or not Path(folder).is_dir():
+            raise RuntimeError(f"RSI_GPU_BACKEND=dry needs {FOLDER_VAR}, an existing folder")
+        size = env.get(SIZE_VAR, "")
+        return cls(Path(folder), int(size) if size.isdigit() else H100_MIB)
+
+    def sample(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "gpu": 0,
+                "sm_clock_mhz": 1980,
+                "util_pct": 0,
+                "mem_used_mib": held_mib(self.folder),
+                "power_w": 100.0,
+                "throttle_reasons": [],
+            }
+        ]
+
+    def processes(self) -> list[dict[str, Any]] | None:
+        return []
+
+    def info(self) -> GpuInfo:
+        return GpuInfo(
+            gpu_name="Dry GPU (simulated memory)",
+            gpu_count=1,
+            gpu_memory_total_mib=self.total_mib,
+            app_clock_mhz=1980,
+            max_clock_mhz=1980,
+        )
+
+
 def detect(force: str | None = None) -> Backend:
     """The first GPU backend that works (see the module's docstring)."""
     want = (force or os.environ.get("RSI_GPU_BACKEND") or "").strip().lower()
     if want == "none":
         return NoGpu()
+    if want == "dry":
+        return DryGpu.from_env()
     if want in ("", "nvml"):
         try:
             return Nvml()

@@ -30,18 +30,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runners import host, netns, outputs, proc, schedule
+from runners import host, memory, netns, outputs, proc, schedule
+from runners.failures import RunFailure
 from runners.gpu import Backend, Monitor, wait_idle
+from runners.serving import wall_clock
 from runners.task import render
 from runners.util import iso, write_json_atomic
 
 if TYPE_CHECKING:
     from runners.sandbox import Group
-    from runners.verify import Verifier
+    from runners.study import Study
 
-MEMORY_FRACTION = 0.45  # `{memory_fraction}` offered to each of the two resident servers
-SEQUENTIAL_MEMORY_FRACTION = 0.85  # … and to the one server of a sequential run
-FIT_FRACTION = 0.5  # a server using more of the GPU's memory than this cannot have a twin
+MEMORY_FRACTION = memory.RESIDENT  # `{memory_fraction}` of each of the two resident servers
+SEQUENTIAL_MEMORY_FRACTION = memory.SEQUENTIAL  # … and of the one server of a sequential run
 ROW_PLACEHOLDERS = ("{mode}", "{concurrency}", "{requests}", "{round}")
 
 SUMMARY = {
@@ -75,13 +76,16 @@ ASSUMES = {
         "has a network of its own; both GPUs are idle before every pair)",
     ],
     "sequential": [
-        "the host's drift falls on both sides alike over a balanced schedule",
-        "rounds are independent: minutes apart, they are not analysed as pairs",
+        "the host's speed moves little between the base and head runs of a round (a "
+        "round's two runs are a pair; who ran second is an order term)",
+        "a level shift of the host between a round's two runs is rare: that pair is an "
+        "outlier the trimmed means leave out",
     ],
 }
 
 
-PAIRED = ("alternate", "crossover")  # the designs whose runs are analysed as pairs
+RESIDENT = ("alternate", "crossover")  # the designs whose servers stay resident
+PAIRED = (*RESIDENT, "sequential")  # … and those whose runs are analysed as pairs
 
 
 def describe(name: str, **extra: Any) -> dict[str, Any]:
@@ -89,7 +93,7 @@ def describe(name: str, **extra: Any) -> dict[str, Any]:
     return {
         "name": name,
         "paired": name in PAIRED,
-        "unit": "burst" if name in PAIRED else "round",
+        "unit": "burst" if name in RESIDENT else "round",
         "summary": SUMMARY[name],
         "assumes": ASSUMES[name],
         **extra,
@@ -172,7 +176,7 @@ def gpu_quiet(backend: Backend, timeout_s: float = 5.0, poll_s: float = 0.05) ->
         time.sleep(poll_s)
 
 
-def per_row(v: Verifier) -> bool:
+def per_row(v: Study) -> bool:
     """Whether the server's command changes with the row (then each row has its own)."""
     s = v.task.server
     texts = [s.command, s.health, *s.env.values()]
@@ -184,7 +188,7 @@ class Alternation:
 
     name = "alternate"
 
-    def __init__(self, v: Verifier) -> None:
+    def __init__(self, v: Study) -> None:
         self.v = v
         self.servers: dict[str, Resident] = {}
         self.records: dict[str, list[dict[str, Any]]] = {"base": [], "head": []}
@@ -237,7 +241,12 @@ class Alternation:
                 "server_variant": s.variant,
                 "log": v.bundle.rel(log),
                 "started_at": iso(),
-                "memory_fraction": MEMORY_FRACTION,
+                "memory_fraction": s.vals.get("memory_fraction"),
+                **{
+                    k: s.vals[k]
+                    for k in s.vals
+                    if k == memory.FREE_PLACEHOLDER or k.startswith(memory.STAGE_PREFIX)
+                },
                 "network": v.sandbox.describe_net(s.group),
                 **({"cuda_visible_devices": device} if device is not None else {}),
                 **({"cpus": host.cpuset_spec(sorted(cpus))} if cpus else {}),
@@ -255,6 +264,11 @@ class Alternation:
             raise
         res.pending_s += time.monotonic() - t
         return res
+
+    def _others(self, slot: str) -> list[str]:
+        """The slots whose servers start next to `slot`'s on its GPU."""
+        slots = ["base", "head", "control"] if self.control else ["base", "head"]
+        return [s for s in slots if s != slot]
 
     def _side(self, slot: str) -> str:
         """Whose code a slot's server runs (the control's is the base's)."""
@@ -306,12 +320,11 @@ class Alternation:
             if before is not None and after is not None:
                 res.record["vram_mib"] = max(0, after - before)
             res.record["gpu_memory_total_mib"] = total
-            used = res.record.get("vram_mib")
-            if first and total and isinstance(used, int) and used > FIT_FRACTION * total:
-                raise Refused(
-                    f"the {slot} server took {used} MiB of the GPU's {total} MiB: two servers "
-                    "do not fit, so the sequential design ran"
-                )
+            took = res.record.get("vram_mib")
+            if first and total and after is not None and isinstance(took, int):
+                why = memory.others_fit(slot, took, after, total, self._others(slot))
+                if why is not None:
+                    raise Refused(f"{why}: two servers do not fit, so the sequential design ran")
         if p.mode not in res.warmed and p.warmup_requests > 0:
             self._only(slot)
             freeze(res, False)
@@ -464,7 +477,6 @@ class Alternation:
     ) -> dict[str, Any]:
         """One burst of one slot (default: the run's side): thaw it, the others frozen, run
         the client, freeze it. `add`: record it among the bundle's runs."""
-        from runners.verify import RunFailure
 
         slot = slot or p.side
         v = self.v
@@ -574,7 +586,6 @@ class Alternation:
                     f"the benchmark client exited 0 but wrote no {', '.join(missing)}",
                     last="client",
                 )
-            from runners.verify import wall_clock
 
             rec["wall_clock_s"], rec["wall_clock_source"] = wall_clock(dest, fin.wall_s)
         except Refused as exc:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from runners import _toml, netns, proc
+from runners import _toml, memory, netns, proc
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 RUNNER_ROOT = Path(__file__).resolve().parent.parent
@@ -150,6 +150,13 @@ class Server:
     env: dict[str, str] = field(default_factory=dict)
     stop_grace_s: float = 30.0
     variants: tuple[Variant, ...] = ()
+    memory: memory.Memory = field(default_factory=memory.Memory)
+
+    def commands(self) -> list[tuple[str, str]]:
+        """(key, template) of every command the server may be started with."""
+        return [("command", self.command)] + [
+            (f"variants[{i}].command", v.command) for i, v in enumerate(self.variants)
+        ]
 
     def choose(self, tree: Path) -> tuple[str, dict[str, Any]]:
         """The command template for a side's worktree: the first variant whose condition
@@ -250,6 +257,7 @@ class Task:
                 "env": dict(self.server.env),
                 "startup_timeout_s": self.server.startup_timeout_s,
                 "variants": [{**v.describe(), "command": v.command} for v in self.server.variants],
+                "memory": self.server.memory.describe(),
             },
             "commands": dict(self.benchmark.modes),
             "outputs": {
@@ -425,23 +433,28 @@ def parse(doc: Mapping[str, Any], where: str = "task") -> Task:
 
     srv = top.sub("server", required=True)
     assert srv is not None
-    srv.allow({"command", "health", "startup_timeout_s", "env", "stop_grace_s", "variants"})
+    srv.allow(
+        {"command", "health", "startup_timeout_s", "env", "stop_grace_s", "variants", "memory"}
+    )
+    mem = _memory(srv)
+    allowed = RUN_PLACEHOLDERS | mem.placeholders()
     env_doc = srv.t.get("env", {})
     if not isinstance(env_doc, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in env_doc.items()
     ):
         raise srv.err("env", "must be a table of strings")
     for k, v in env_doc.items():
-        _check_template(srv, f"env.{k}", v, RUN_PLACEHOLDERS)
+        _check_template(srv, f"env.{k}", v, allowed)
     server = Server(
         command=srv.str_("command", required=True),
         health=srv.str_("health", required=True),
         startup_timeout_s=srv.num("startup_timeout_s", 900.0),
         env=dict(env_doc),
         stop_grace_s=srv.num("stop_grace_s", 30.0),
-        variants=_variants(srv),
+        variants=_variants(srv, allowed),
+        memory=mem,
     )
-    _check_command(srv, "command", server.command, RUN_PLACEHOLDERS)
+    _check_command(srv, "command", server.command, allowed)
     _check_template(srv, "health", server.health, RUN_PLACEHOLDERS)
     if not server.health.startswith(("http://", "https://", "tcp://")):
         raise srv.err("health", "must be an http://, https:// or tcp:// address")
@@ -522,6 +535,8 @@ def parse(doc: Mapping[str, Any], where: str = "task") -> Task:
         scripts=b.strs("scripts") if "scripts" in b.t else ("benchmarks",),
         design=design,
     )
+    if design == "alternate":
+        _check_shared(srv, server)
 
     acc: Accuracy | None = None
     a = top.sub("accuracy")
@@ -609,7 +624,7 @@ def _candidate(top: _Doc) -> Candidate:
     return Candidate(hosts=hosts, inherit=inherit)
 
 
-def _variants(srv: _Doc) -> tuple[Variant, ...]:
+def _variants(srv: _Doc, allowed: frozenset[str]) -> tuple[Variant, ...]:
     """`[[server.variants]]`: each a `command` and one condition on the worktree."""
     raw = srv.t.get("variants", [])
     if not isinstance(raw, list):
@@ -621,7 +636,7 @@ def _variants(srv: _Doc) -> tuple[Variant, ...]:
         d = _Doc(srv.where, item, srv.key(f"variants[{i}]."))
         d.allow({"command", "when_exists", "when_contains"})
         command = d.str_("command", required=True)
-        _check_command(d, "command", command, RUN_PLACEHOLDERS)
+        _check_command(d, "command", command, allowed)
         exists = d.opt_str("when_exists")
         contains_doc = d.sub("when_contains")
         if (exists is None) == (contains_doc is None):
@@ -637,6 +652,56 @@ def _variants(srv: _Doc) -> tuple[Variant, ...]:
         text = contains_doc.str_("text", required=True)
         out.append(Variant(command=command, when_contains=(path, text)))
     return tuple(out)
+
+
+def _memory(srv: _Doc) -> memory.Memory:
+    """`[server.memory]`: how the server's GPU stages split its share (runners/memory.py)."""
+    m = srv.sub("memory")
+    if m is None:
+        return memory.Memory()
+    m.allow({"shares", "other_gib", "unmanaged"})
+    shares = m.t.get("shares", {})
+    if not isinstance(shares, dict):
+        raise m.err("shares", "must be a table of stage = share")
+    other = m.t.get("other_gib", 0.0)
+    problem = memory.check(shares, other)
+    if problem is not None:
+        key, _, msg = problem.partition(" ")
+        raise m.err(key.rstrip(":"), msg)
+    return memory.Memory(
+        shares={str(k): float(v) for k, v in shares.items()},
+        other_gib=float(other),
+        unmanaged=m.opt_str("unmanaged"),
+    )
+
+
+def _check_shared(srv: _Doc, server: Server) -> None:
+    """A task run `alternate` must give each of its two servers its share of the GPU: a
+    memory flag fixed to a number would give the second the first one's share of a GPU
+    it no longer has; a command with no such flag must say why it needs none."""
+    used = False
+    for key, command in server.commands():
+        fixed = memory.unshared(command, server.memory)
+        if fixed:
+            raise srv.err(
+                key,
+                f"sets GPU memory with {', '.join(fixed)}: a task run `alternate` starts two "
+                "servers on one GPU, so each memory flag must take the server's share — "
+                "{mem_fraction_static} for SGLang's --mem-fraction-static, {memory_fraction} "
+                "or {memory_fraction_<stage>} for a budget of the whole GPU (runners/memory.py)",
+            )
+        used = (
+            used
+            or bool(memory.flags(command))
+            or bool(placeholders(command) & server.memory.placeholders())
+        )
+    if not used and server.memory.unmanaged is None:
+        raise srv.err(
+            "command",
+            "sets no GPU memory share, and the task runs `alternate` (two servers on one "
+            "GPU): pass the server's share ({mem_fraction_static} or {memory_fraction}), or "
+            "say in [server.memory] unmanaged why this server needs none",
+        )
 
 
 def _check_tree_path(d: _Doc, key: str, path: str) -> None:

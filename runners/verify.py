@@ -26,11 +26,8 @@ import tempfile
 import threading
 import time
 import traceback
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -43,196 +40,26 @@ from runners import (
     fingerprint,
     gitwork,
     host,
+    memory,
     netns,
-    outputs,
     placement,
     proc,
     reach,
     resident,
     sandbox,
     schedule,
+    sequential,
 )
 from runners.bundle import BundleWriter
-from runners.gpu import Backend, Monitor, NoGpu, detect, wait_idle
-from runners.task import RUNNER_ROOT, HeadFileError, Task, render, render_command
-from runners.util import iso, tail, write_json_atomic
-
-
-@dataclass
-class Options:
-    repo: str
-    base: str
-    head_repo: str
-    head: str
-    task: Task
-    gpu: str
-    rounds: int
-    modes: list[str]
-    out: Path
-    verification_id: str
-    repo_name: str | None = None
-    head_repo_name: str | None = None
-    base_ref: str | None = None
-    head_ref: str | None = None
-    concurrencies: list[int] | None = None
-    requests: int | None = None
-    warmup_requests: int | None = None
-    workdir: Path | None = None
-    keep_workdir: bool = False
-    run_timeout_s: float | None = None
-    total_timeout_s: float | None = None
-    gpu_idle_timeout_s: float | None = None
-    on_failure: str | None = None
-    python: str = field(default_factory=lambda: sys.executable)
-    sample_interval_s: float = 1.0
-    prelaunch_s: float = 1.0
-    runner_name: str | None = None
-    runner_labels: list[str] | None = None
-    backend: Backend | None = None  # tests inject one; else detected
-    isolation: str = "cgroup"  # runners/sandbox.py; "none" only when asked for
-    candidate_users: dict[str, str] | None = None  # side -> user (default rsi-base/rsi-head)
-    benchmark_ref: str | None = None  # the trusted tree's ref (default: task's, else base)
-    adaptive: bool = False  # --rounds auto: `rounds` is then the most a side (runners/adaptive.py)
-    threshold_pct: float = 3.0
-    gpu_minutes: float | None = None
-    cpu_placement: str = "split"  # runners/placement.py: server and client on disjoint cores
-    design: str = "sequential"  # or "alternate": both servers resident (runners/resident.py),
-    # or "crossover": base and head on two GPUs at once, swapped (runners/crossover.py)
-    control: str = "none"  # "aa": a null control's pairs beside the real ones (alternate only)
-    design_source: str = "option"  # "task": `--design auto` took the task's; "control": its need
-
-
-class Interrupted(BaseException):
-    """SIGTERM/SIGINT: finish the current run as failed, skip the rest, write the manifest."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-        self.record: dict[str, Any] | None = None
-
-    @property
-    def name(self) -> str:
-        try:
-            return signal.Signals(self.signum).name
-        except ValueError:
-            return f"signal {self.signum}"
-
-
-class RunFailure(Exception):
-    """One run failed; `kind` is a short code, `last` the log whose tail matters most."""
-
-    def __init__(self, kind: str, message: str, last: str = "server") -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.message = message
-        self.last = last
-
-
-class RunnerBug(Exception):
-    def __init__(self, record: dict[str, Any], exc: BaseException) -> None:
-        super().__init__(str(exc))
-        self.record = record
-        self.exc = exc
-
+from runners.failures import Interrupted, RunFailure, RunnerBug
+from runners.gpu import Backend, NoGpu, detect
+from runners.serving import Launched, free_port, healthy, wall_clock
+from runners.study import Options as Options
+from runners.task import RUNNER_ROOT, HeadFileError, render, render_command
+from runners.util import tail
 
 GPU_LABELS = {"h100": "H100", "h200": "H200", "cpu": "CPU"}
 NETNS = Path(__file__).resolve().parent / "_netns.py"  # a client into a server's namespace
-
-
-@dataclass
-class Launched:
-    """A server just started for one side: its process, cgroup and network, and what it
-    was given (the values its command was rendered with, its health address)."""
-
-    process: proc.Process
-    group: sandbox.Group | None
-    vals: dict[str, object]
-    argv: list[str]
-    health: str
-    port: int
-    variant: dict[str, Any]
-
-    @property
-    def net(self) -> str | None:
-        """The network namespace it runs in (health checks and the client enter it)."""
-        g = self.group
-        return g.net.path if g is not None and g.net is not None else None
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def healthy(url: str, timeout: float = 5.0) -> bool:
-    """HTTP(S): a 200 answer; tcp://host:port: the port accepts a connection."""
-    if url.startswith("tcp://"):
-        hostport = url[len("tcp://") :].rstrip("/")
-        host_, _, port = hostport.rpartition(":")
-        try:
-            with socket.create_connection((host_.strip("[]") or "127.0.0.1", int(port)), timeout):
-                return True
-        except (OSError, ValueError):
-            return False
-    try:
-        with _NO_PROXY.open(url, timeout=timeout) as r:
-            return int(r.status) == 200
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
-
-
-def wall_clock(speed_file: Path, runner_wall_s: float) -> tuple[float, str]:
-    """The measured part's wall clock and where it came from: the client's own when its
-    output says it (`wall_clock_s` in its summary or config, or in the one repeat of an
-    ASR sweep, or a top-level `duration` as SGLang's and vLLM's serving benchmarks
-    write), else completed requests over the summary's throughput, else the runner's
-    timing of the client process (which includes any warm-up pass the client makes)."""
-    doc: Any = {}
-    try:
-        text = speed_file.read_text(encoding="utf-8")
-        try:
-            doc = json.loads(text)
-        except ValueError:  # JSON Lines (bench_serving appends a line per run): the last
-            lines = [ln for ln in text.splitlines() if ln.strip()]
-            doc = json.loads(lines[-1]) if lines else {}
-    except (OSError, ValueError):
-        doc = {}
-    if not isinstance(doc, dict):
-        doc = {}
-    summary: dict[str, Any] = doc["summary"] if isinstance(doc.get("summary"), dict) else {}
-    config: dict[str, Any] = doc["config"] if isinstance(doc.get("config"), dict) else {}
-
-    def pos(v: Any) -> float | None:
-        ok = isinstance(v, int | float) and not isinstance(v, bool) and v > 0
-        return float(v) if ok and v != float("inf") else None
-
-    for source, d in (("client-summary", summary), ("client-config", config)):
-        v = pos(d.get("wall_clock_s"))
-        if v is not None:
-            return v, source
-    # benchmark_asr_seedtts' sweep: one result per concurrency, one summary per repeat.
-    results = doc.get("results") if isinstance(doc.get("results"), list) else []
-    reps = [
-        r
-        for res in results
-        if isinstance(res, dict) and isinstance(res.get("per_repeat"), list)
-        for r in res["per_repeat"]
-        if isinstance(r, dict)
-    ]
-    v = pos(reps[0].get("wall_clock_s")) if len(reps) == 1 else None
-    if v is not None:
-        return v, "client-summary"
-    v = pos(doc.get("duration"))
-    if v is not None:
-        return v, "client-duration"
-    done, thr = summary.get("completed_requests"), pos(summary.get("throughput_qps"))
-    if isinstance(done, int) and done > 0 and thr is not None:
-        return round(done / thr, 4), "client-throughput"
-    return round(runner_wall_s, 4), "runner"
 
 
 def _sha256(path: Path) -> str | None:
@@ -306,14 +133,15 @@ class Verifier:
             warn=self.warnings.append,
             root=self.o.out,
             paired=self.design in resident.PAIRED,
+            trimmed=self.design == "sequential",
         )
 
     def _design(self) -> dict[str, Any]:
         """The manifest's `design` (runners/resident.py): what ran and what it assumes."""
         extra: dict[str, Any] = {}
-        if self.design in resident.PAIRED:
+        if self.design in resident.RESIDENT:
             extra["burst_requests"] = self.requests
-            extra["memory_fraction"] = resident.MEMORY_FRACTION
+            extra["memory_fraction"] = self.memory_share()
         if self.refused:
             extra["refused"] = self.refused
             extra["refused_design"] = self.refused_design
@@ -423,11 +251,28 @@ class Verifier:
             "side": side,
             "rsi_root": str(self.rsi_root),
             "bench": str(self.bench_tree or ""),
-            "memory_fraction": resident.MEMORY_FRACTION
-            if self.design in resident.PAIRED
-            else resident.SEQUENTIAL_MEMORY_FRACTION,
+            "memory_fraction": self.memory_share(),
             "warmup": self.warmup,
         }
+
+    def memory_share(self) -> float:
+        """`{memory_fraction}`: each server's share of its GPU's memory (runners/memory.py):
+        the resident designs' two servers (three with the null control) split a GPU; the
+        sequential design's one server has it alone."""
+        if self.design not in resident.RESIDENT:
+            return memory.SEQUENTIAL
+        return memory.resident_share(3 if self.o.control != "none" else 2)
+
+    def _gpu_memory(self, device: str | None) -> tuple[int | None, int | None]:
+        """(used, total) MiB of the GPU a server is about to start on; None: unknown."""
+        want = int(device) if device is not None and device.isdigit() else None
+        used: int | None = None
+        for s in self.backend.sample():
+            if want is None or s.get("gpu") == want:
+                u = s.get("mem_used_mib")
+                used = int(u) if isinstance(u, int | float) else None
+                break
+        return used, self.backend.info().gpu_memory_total_mib
 
     def dataset(self, side: str) -> str:
         """`benchmark.dataset` for a side: placeholders, then `$VARS` and `~` expanded."""
@@ -565,28 +410,7 @@ class Verifier:
                 self._fall_back(str(exc))
             else:
                 return reason
-        stop_reason: str | None = None
-        for p in self.rounds.runs(lambda: self.bundle.runs):
-            self._check_signal()
-            if stop_reason is None and time.monotonic() >= self.deadline:
-                stop_reason = (
-                    f"the verification's total time limit ({self.total_timeout:.0f}s) was reached"
-                )
-            if stop_reason is not None:
-                self.bundle.add(self._skipped(p, stop_reason))
-                continue
-            rec = self._run_one(p)  # it adds its record to the bundle itself
-            if rec["status"] == "failed":
-                if rec.get("failure") == "total-time-limit":
-                    stop_reason = (
-                        f"the verification's total time limit "
-                        f"({self.total_timeout:.0f}s) was reached"
-                    )
-                elif self.on_failure == "stop":
-                    stop_reason = (
-                        f"the schedule stopped after run {p.id} failed (policy on_failure = stop)"
-                    )
-        return stop_reason
+        return sequential.Sequential(self).run()
 
     def _fall_back(self, reason: str, to: str = "sequential") -> None:
         """The design cannot run here (two servers do not fit a GPU, or the crossover has
@@ -959,6 +783,8 @@ class Verifier:
             requests=p.requests,
             out=str(scratch / "server"),
         )
+        used, total = self._gpu_memory(device)
+        vals.update(memory.values(self.task.server.memory, self.memory_share(), total, used))
         (scratch / "server").mkdir()
         self.sandbox.own(side, scratch / "server")
         env = self.env(side, vals)
@@ -978,284 +804,6 @@ class Verifier:
             raise RunFailure("start-failed", f"the server could not be started: {exc}") from exc
         placement.pin(server.pid, cpus or (self.placement.server if self.placement else None))
         return Launched(server, group, vals, argv, health, port, variant)
-
-    def _run_one(self, p: schedule.Planned) -> dict[str, Any]:
-        side = p.side
-        rdir = self.bundle.run_dir(p.id)
-        ldir = self.bundle.log_dir(p.id)
-        server_log, client_log = ldir / "server.log", ldir / "client.log"
-        scratch = self.fresh_scratch(p.id)
-        rec: dict[str, Any] = dict(p.record())
-        rec.update(
-            {
-                "status": "ok",
-                "run_started_at": iso(),
-                "accuracy": p.accuracy,
-                "files": {},
-                "logs": {
-                    "server": self.bundle.rel(server_log),
-                    "client": self.bundle.rel(client_log),
-                },
-            }
-        )
-        info: dict[str, Any] = {
-            "startup_s": None,
-            "peak_vram_mib": None,
-            "gpu_samples": [],
-            "cpuset_busy_prelaunch": None,
-            "foreign_peak_cores": None,
-            "host_cpu_ms": None,
-            "gpu_backend": self.backend.name,
-            "cpuset": host.cpuset_spec(host.cpuset()),
-        }
-        run_t0 = time.monotonic()
-        run_deadline = run_t0 + self.run_timeout
-        stage = "gpu-wait"
-        bench_vals: dict[str, object] | None = None
-        server: proc.Process | None = None
-        monitor: Monitor | None = None
-        stopped = False
-        kept = False
-        group: sandbox.Group | None = None
-
-        def stop_server(grace: float) -> None:
-            """Stop the server and the sampling (once), and note how it ended."""
-            nonlocal stopped
-            if stopped:
-                return
-            stopped = True
-            if server is not None:
-                was_running = server.poll() is None
-                rc = server.stop(grace)
-                info["server_exit"] = {
-                    "returncode": rc,
-                    "how": server.stopped_how,
-                    "running_at_stop": was_running,
-                }
-            # Nothing the candidate started may outlive its server: a daemon that left
-            # the process group would otherwise answer what runs next on its port.
-            survivors.extend(self.sandbox.end(side, group))
-            if monitor is not None:
-                monitor.stop()
-                info.update(monitor.summary())
-
-        failure: RunFailure | None = None
-        interrupted: Interrupted | None = None
-        bug: BaseException | None = None
-        survivors: list[dict[str, Any]] = []
-        try:
-            limit, which = self._limit(self.gpu_idle_timeout, run_deadline)
-            cpu = host.CpuLoad()  # foreign CPU load is measured over the idle wait too
-            wait = wait_idle(self.backend, limit)
-            info["gpu_wait"] = wait.as_dict()
-            rec["gpu_wait_s"] = round(wait.waited_s, 3)
-            if not wait.idle:
-                kind = {"total": "total-time-limit", "run": "run-time-limit"}.get(which, "gpu-busy")
-                raise RunFailure(
-                    kind,
-                    f"the GPU stayed busy for {wait.waited_s:.0f}s "
-                    f"({wait.foreign.get('reason')}); the run was not started",
-                    last="gpu",
-                )
-            pre = None
-            if self.o.prelaunch_s > 0 and cpu.available:
-                time.sleep(max(0.0, self.o.prelaunch_s - wait.waited_s))
-                pre = cpu.window()
-            info["cpuset_busy_prelaunch"] = round(pre, 4) if pre is not None else None
-            info["host_cpu_ms"] = host.loop_ms(
-                min(self.placement.server) if self.placement else None
-            )
-
-            stage = "start"
-            monitor = Monitor(self.backend, self.o.sample_interval_s)
-            launched = self.launch_server(side, p, p.id, scratch, server_log)
-            server, group, vals, net = launched.process, launched.group, launched.vals, launched.net
-            cenv = self.client_env(vals)
-            info.update(
-                {
-                    "server_variant": launched.variant,
-                    "port": launched.port,
-                    "health": launched.health,
-                    "command": launched.argv,
-                    "network": self.sandbox.describe_net(group),
-                }
-            )
-            monitor.start()
-            health = launched.health
-            info["startup_s"] = round(self._wait_healthy(server, health, run_deadline, net), 4)
-
-            if p.warmup_requests > 0:
-                stage = "warm-up"
-                info["warmup"] = self._warm_up(
-                    p, vals, scratch, cenv, client_log, server, run_deadline, net
-                )
-
-            stage = "benchmark"
-            bvals = bench_vals = dict(vals, out=str(scratch / "bench"))
-            self.sandbox.private(scratch / "bench")
-            fin = self._client(
-                "benchmark",
-                self.task.benchmark.modes[p.mode],
-                bvals,
-                cenv,
-                client_log,
-                server,
-                self.task.benchmark.timeout_s,
-                run_deadline,
-                net,
-            )
-            rec["started_at"] = iso(fin.started)
-            rec["ended_at"] = iso(fin.ended)
-            rec["runner_wall_s"] = round(fin.wall_s, 4)
-            src = self._output(self.task.benchmark.output, bvals)
-            if src is None:
-                raise RunFailure(
-                    "no-output",
-                    "the benchmark client exited 0 but wrote no "
-                    f"{render(self.task.benchmark.output, bvals)}",
-                    last="client",
-                )
-            dest = rdir / src.name  # the client's file, byte for byte, under its own name
-            shutil.copyfile(src, dest)
-            rec["files"]["speed"] = self.bundle.rel(dest)
-            extra, missing = outputs.keep(self.task.benchmark, bvals, rdir, self.bundle.rel)
-            rec["files"].update(extra)
-            kept = True
-            if missing:
-                raise RunFailure(
-                    "no-output",
-                    f"the benchmark client exited 0 but wrote no {', '.join(missing)}",
-                    last="client",
-                )
-            wall, wsrc = wall_clock(dest, fin.wall_s)
-            rec["wall_clock_s"] = wall
-            rec["wall_clock_source"] = wsrc
-
-            acc = self.task.accuracy
-            if p.accuracy and acc is not None and not acc.after_server_stop:
-                stage = "accuracy"
-                self._accuracy(rec, rdir, bvals, cenv, client_log, server, run_deadline, net)
-            stage = "stop"
-            rc = server.poll()
-            if rc is not None:
-                raise RunFailure(
-                    "crashed", f"the server exited during the run ({proc.describe_exit(rc)})"
-                )
-            if p.accuracy and acc is not None and acc.after_server_stop:
-                stop_server(self.task.server.stop_grace_s)
-                if survivors:
-                    raise RunFailure(
-                        "process-survived",
-                        f"{len(survivors)} process(es) of the {side} side's user outlived "
-                        "the server outside its cgroup and were killed",
-                    )
-                stage = "accuracy"
-                self._accuracy(rec, rdir, bvals, cenv, client_log, None, run_deadline)
-        except RunFailure as exc:
-            failure = exc
-        except Interrupted as exc:
-            interrupted = exc
-            failure = RunFailure("interrupted", f"interrupted by {exc.name} during {stage}")
-        except Exception as exc:
-            bug = exc
-            failure = RunFailure("runner-error", f"runner error during {stage}: {exc!r}")
-        finally:
-            with self._shielded():
-                stop_server(3.0 if interrupted is not None else self.task.server.stop_grace_s)
-                # Everything the candidate started dies with its cgroup; a process of its
-                # user still alive elsewhere escaped, and the run cannot be trusted.
-                survivors.extend(self.sandbox.end(side, group))
-                if survivors:
-                    info["survivors"] = rec["survivors"] = survivors
-                    if failure is None or failure.kind == "crashed":
-                        failure = RunFailure(
-                            "process-survived",
-                            f"{len(survivors)} process(es) of the {side} side's user outlived "
-                            "the run outside its cgroup and were killed",
-                        )
-                spath = rdir / "server.json"
-                write_json_atomic(spath, info, indent=None)
-                rec["files"]["server"] = self.bundle.rel(spath)
-                rec["run_ended_at"] = iso()
-                rec["run_s"] = round(time.monotonic() - run_t0, 3)
-                rec["startup_s"] = info.get("startup_s")
-                if failure is not None:
-                    left = (
-                        self._output(self.task.benchmark.output, bench_vals)
-                        if bench_vals is not None
-                        else None
-                    )
-                    if "speed" not in rec["files"] and left is not None:
-                        # what the client recorded before the run failed, for diagnosis
-                        shutil.copyfile(left, rdir / left.name)
-                        rec["files"]["speed"] = self.bundle.rel(rdir / left.name)
-                    if bench_vals is not None and not kept:
-                        # and its other files, if it wrote any
-                        extra, _ = outputs.keep(
-                            self.task.benchmark, bench_vals, rdir, self.bundle.rel
-                        )
-                        rec["files"].update({k: v for k, v in extra.items() if v})
-                    rec["status"] = "failed"
-                    rec["failure"] = failure.kind
-                    rec["error"] = failure.message
-                    rec["log_tail"] = self._log_tail(failure, server_log, client_log, info)
-                    rec.setdefault("started_at", rec["run_started_at"])
-                    rec.setdefault("ended_at", rec["run_ended_at"])
-                    rec.setdefault("wall_clock_s", None)
-                shutil.rmtree(scratch, ignore_errors=True)
-                rec["logs"] = {
-                    k: v for k, v in rec["logs"].items() if (self.bundle.out / v).is_file()
-                }
-                _rmdir_if_empty(ldir)
-                # Recorded here, shielded: a signal cannot fall between the run's end and
-                # its record, so a finished run is never reported as skipped.
-                self.bundle.add(rec)
-        if interrupted is not None:
-            interrupted.record = rec
-            raise interrupted
-        if bug is not None:
-            raise RunnerBug(rec, bug)
-        return rec
-
-    def _accuracy(
-        self,
-        rec: dict[str, Any],
-        rdir: Path,
-        vals: dict[str, object],
-        env: dict[str, str],
-        log: Path,
-        server: proc.Process | None,
-        run_deadline: float,
-        net: str | None = None,
-    ) -> None:
-        """The task's accuracy command, in the measured run's {out} (it may read the
-        audio the benchmark saved there), in the server's network namespace while it runs;
-        its output becomes the run's wer_results.json."""
-        acc = self.task.accuracy
-        assert acc is not None
-        self._client(
-            "accuracy",
-            acc.command,
-            vals,
-            env,
-            log,
-            server,
-            acc.timeout_s or self.task.benchmark.timeout_s,
-            run_deadline,
-            net,
-        )
-        src = self._output(acc.output, vals)
-        if src is None:
-            raise RunFailure(
-                "no-output",
-                f"the accuracy command exited 0 but wrote no {render(acc.output, vals)}",
-                last="client",
-            )
-        dest = rdir / src.name
-        if rec["files"].get("speed") == self.bundle.rel(dest):
-            dest = rdir / f"accuracy-{src.name}"
-        shutil.copyfile(src, dest)
-        rec["files"]["wer"] = self.bundle.rel(dest)
 
     def choose_server(self, side: str) -> tuple[str, dict[str, Any]]:
         """The server command for the side's worktree (the task's variants); a file the
@@ -1444,11 +992,6 @@ class Verifier:
 
 class _Abort(Exception):
     """The verification cannot go on (checkout or prepare failed)."""
-
-
-def _rmdir_if_empty(d: Path) -> None:
-    with suppress(OSError):
-        d.rmdir()
 
 
 def _runner_commit() -> str | None:

@@ -479,7 +479,11 @@ def cycle_violations(imports: Iterable[Import], known: set[str]) -> list[Found]:
     """
 
     def in_graph(name: str) -> bool:
-        return _within(name, "bot") and not _within(name, CYCLE_IGNORED) and name in known
+        return (
+            any(_within(name, p) for p in PACKAGES)
+            and not _within(name, CYCLE_IGNORED)
+            and name in known
+        )
 
     edges: dict[str, dict[str, Import]] = {}
     for imp in imports:

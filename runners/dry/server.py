@@ -43,6 +43,7 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 DEFAULTS: dict[str, Any] = {
@@ -274,6 +275,24 @@ class Server(ThreadingHTTPServer):
     allow_reuse_address = True
 
 
+def _gpumem() -> Any:
+    """runners/dry/gpumem.py, imported or (run as a script, the runner's way) loaded from
+    beside this file: only a server given `--gpu-stage` needs it."""
+    try:
+        from runners.dry import gpumem
+    except ImportError:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location(
+            "gpumem", Path(__file__).with_name("gpumem.py")
+        )
+        assert spec is not None
+        assert spec.loader is not None
+        gpumem = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(gpumem)
+    return gpumem
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="rsi-runner's dry CPU stand-in for a TTS server")
     ap.add_argument("--host", default="127.0.0.1")
@@ -282,6 +301,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--round", type=int, help="the runner's round (for fail_rounds)")
     ap.add_argument("--side", help="base or head (logged only)")
     ap.add_argument("--speed", type=float, help="override the speed (head faster: > 1)")
+    ap.add_argument(
+        "--gpu-stage",
+        action="append",
+        default=[],
+        metavar="NAME=FRACTION:BASIS:MIB",
+        help="take GPU memory on the simulated GPU as a serving stage does (gpumem.py)",
+    )
     args = ap.parse_args(argv)
     cfg = load_config(args.config, {"speed": args.speed})
     rnd = args.round
@@ -300,6 +326,19 @@ def main(argv: list[str] | None = None) -> int:
         print("dry server: hanging at start-up on purpose", file=sys.stderr)
         sys.stderr.flush()
         threading.Event().wait()
+    held = None
+    if args.gpu_stage:
+        gpumem = _gpumem()
+        try:
+            held = gpumem.take(args.gpu_stage, f"{os.getpid()}-{args.port}")
+        except (gpumem.OutOfMemory, ValueError) as exc:
+            print(
+                f"dry server: cannot take its GPU memory (CUDA out of memory): {exc}",
+                file=sys.stderr,
+            )
+            return 4
+    for line in held[1] if held else []:
+        print(f"dry server: {line}", file=sys.stderr)
     Handler.state = State(cfg, rnd)
     httpd = Server((args.host, args.port), Handler)
     print(f"dry server: listening on http://{args.host}:{args.port}", file=sys.stderr)
