@@ -34,7 +34,6 @@ from runners import host, memory, netns, outputs, proc, schedule
 from runners.failures import RunFailure
 from runners.gpu import Backend, Monitor, wait_idle
 from runners.serving import wall_clock
-from runners.task import render
 from runners.util import iso, write_json_atomic
 
 if TYPE_CHECKING:
@@ -567,14 +566,7 @@ class Alternation:
                 freeze(res, True)
             rec["started_at"], rec["ended_at"] = iso(fin.started), iso(fin.ended)
             rec["runner_wall_s"] = round(fin.wall_s, 4)
-            src = v._output(v.task.benchmark.output, bvals)
-            if src is None:
-                raise RunFailure(
-                    "no-output",
-                    "the benchmark client exited 0 but wrote no "
-                    f"{render(v.task.benchmark.output, bvals)}",
-                    last="client",
-                )
+            src = v.benchmark_output(bvals)
             dest = rdir / src.name
             shutil.copyfile(src, dest)
             rec["files"]["speed"] = v.bundle.rel(dest)

@@ -188,14 +188,7 @@ class Sequential:
             rec["started_at"] = iso(fin.started)
             rec["ended_at"] = iso(fin.ended)
             rec["runner_wall_s"] = round(fin.wall_s, 4)
-            src = v._output(v.task.benchmark.output, bvals)
-            if src is None:
-                raise RunFailure(
-                    "no-output",
-                    "the benchmark client exited 0 but wrote no "
-                    f"{render(v.task.benchmark.output, bvals)}",
-                    last="client",
-                )
+            src = v.benchmark_output(bvals)
             dest = rdir / src.name  # the client's file, byte for byte, under its own name
             shutil.copyfile(src, dest)
             rec["files"]["speed"] = v.bundle.rel(dest)

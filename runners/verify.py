@@ -968,6 +968,19 @@ class Verifier:
             "max_passes": b.warmup_max_passes,
         }
 
+    def benchmark_output(self, vals: dict[str, object]) -> Path:
+        """The benchmark client's speed file; a client that exited 0 without writing it
+        failed the run (`no-output`)."""
+        src = self._output(self.task.benchmark.output, vals)
+        if src is None:
+            raise RunFailure(
+                "no-output",
+                "the benchmark client exited 0 but wrote no "
+                f"{render(self.task.benchmark.output, vals)}",
+                last="client",
+            )
+        return src
+
     def _output(self, template: str, vals: dict[str, object]) -> Path | None:
         """An output file the client wrote (relative paths: in the trusted tree)."""
         p = Path(render(template, vals))
