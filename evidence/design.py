@@ -71,13 +71,10 @@ def title(name: str) -> str:
     return w.title if w else name
 
 
-def analysed(paired: bool, unit: str, trimmed: bool = False) -> str:
+def analysed(paired: bool, unit: str, rounds: bool = False) -> str:
     """How the engine compared the runs, in a few words."""
-    if paired and trimmed:
-        return (
-            f"analysed as pairs (each {unit}'s base run against its head run), with trimmed "
-            "means: a level shift of the machine inside one pair is left out"
-        )
+    if paired and rounds:
+        return f"analysed as pairs (each {unit}'s base run against its head run)"
     if paired:
         return f"analysed as pairs (each base {unit} against the head {unit} beside it)"
     return f"analysed unpaired (Welch's test on the {unit}s)"
@@ -110,7 +107,7 @@ def design_result(m: Manifest) -> DesignResult:
         recorded=m.design is not None,
         known=words is not None,
         paired=d.analysed_paired,
-        trimmed=d.analysed_trimmed,
+        rounds=d.analysed_rounds,
         unit=words.unit if words else "run",  # the manifest's own unit is not echoed
         summary=words.summary.format(burst=burst) if words else UNKNOWN_SUMMARY,
         assumes=list(words.assumes if words else UNKNOWN_ASSUMES),

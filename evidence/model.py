@@ -130,9 +130,8 @@ class Adaptive(_Open):
 # mode, concurrency and round measured close in time); any other name, even one that
 # says `paired`, is analysed unpaired.
 PAIRED_DESIGNS = frozenset({"alternate", "crossover", "sequential"})
-# … of which the rounds are minutes apart: their pairs are fitted with trimmed means
-# (runners/seqstats.py `trimmed_fit`), so a level shift inside one pair is left out.
-TRIMMED_DESIGNS = frozenset({"sequential"})
+# … of which the pairs are rounds minutes apart (runners/seqstats.py `rounds_fit`).
+ROUNDS_DESIGNS = frozenset({"sequential"})
 
 
 class DesignServer(_Open):
@@ -166,8 +165,8 @@ class Design(_Open):
         return self.paired and self.name in PAIRED_DESIGNS
 
     @property
-    def analysed_trimmed(self) -> bool:
-        return self.analysed_paired and self.name in TRIMMED_DESIGNS
+    def analysed_rounds(self) -> bool:
+        return self.analysed_paired and self.name in ROUNDS_DESIGNS
 
 
 class Control(_Open):
@@ -559,7 +558,7 @@ class DesignResult(BaseModel):
     recorded: bool = True  # False: the bundle predates `design` (read as sequential)
     known: bool = True
     paired: bool = False  # as the engine analysed the runs
-    trimmed: bool = False  # … its pairs fitted with trimmed means (sequential rounds)
+    rounds: bool = False  # … its pairs rounds minutes apart (the sequential design)
     unit: str = "round"
     summary: str
     assumes: list[str] = Field(default_factory=list)

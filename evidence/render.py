@@ -819,7 +819,7 @@ def method_views(ev: Evidence) -> list[MethodView]:
                 name=d.name,
                 title=design.title(d.name) if d.known else d.name,
                 summary=d.summary,
-                analysed=design.analysed(d.paired, d.unit, d.trimmed),
+                analysed=design.analysed(d.paired, d.unit, d.rounds),
                 assumes=_and_that(d.assumes),
                 recorded=d.recorded,
                 runner_summary=d.runner_summary,

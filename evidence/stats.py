@@ -144,12 +144,12 @@ def compare_paired(
     scale: Literal["log", "diff"],
     alpha: float = 0.05,
     power: float = 0.8,
-    trimmed: bool = False,
+    rounds: bool = False,
 ) -> Comparison:
     """Compare per-pair values (`base[i]` and `head[i]` measured as pair i, `head_second[i]`
     when head ran second); pairs with a missing figure are left out. The same fields as
-    `compare`; no interval from fewer than two pairs. `trimmed`: the pairs are rounds
-    minutes apart, fitted as the runner fits them (runners/seqstats.py `trimmed_fit`)."""
+    `compare`; no interval from fewer than two pairs. `rounds`: the pairs are rounds
+    minutes apart, fitted as the runner fits them (runners/seqstats.py `rounds_fit`)."""
     ok = np.isfinite(base) & np.isfinite(head)
     base, head, second = base[ok], head[ok], head_second[ok]
     if base.size == 0:
@@ -158,8 +158,8 @@ def compare_paired(
         scale = "diff"  # as in `compare`: a zero or negative figure has no ratio
     d = np.log(head) - np.log(base) if scale == "log" else head - base
     df: float
-    if trimmed:
-        mu, se, df = seqstats.trimmed_fit([float(x) for x in d], [bool(x) for x in second])
+    if rounds:
+        mu, se, df = seqstats.rounds_fit([float(x) for x in d], [bool(x) for x in second])
     else:
         mu, se, df = paired_fit(d, second)
     lo = hi = p = mde = None

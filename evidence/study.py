@@ -41,14 +41,14 @@ class Cell:
     requests_per_round: int
     pairs: list[Pair] | None = None
     incomplete: int = 0
-    trimmed: bool = False  # the pairs are rounds minutes apart: trimmed means
+    by_round: bool = False  # the pairs are rounds minutes apart (`rounds_fit`)
 
 
 @dataclass
 class _Pairing:
     rounds: dict[tuple[int, int], dict[str, list[LoadedRun]]] = field(default_factory=dict)
     unpaired: bool = False  # a source of this configuration is not of a paired design
-    trimmed: bool = False  # a source of it is of sequential rounds (`trimmed_fit`)
+    by_round: bool = False  # a source of it is of sequential rounds (`rounds_fit`)
 
 
 def is_paired(manifest: Manifest) -> bool:
@@ -65,11 +65,11 @@ def cells(sources: list[Source]) -> dict[ConfigKey, Cell]:
     pairing: dict[ConfigKey, _Pairing] = defaultdict(_Pairing)
     for si, src in enumerate(sources):
         paired = is_paired(src.manifest)
-        trimmed = src.manifest.measured_by.analysed_trimmed
+        by_round = src.manifest.measured_by.analysed_rounds
         for lr in src.runs:
             key = (src.gpu, lr.run.mode, lr.run.concurrency)
             if paired:  # every planned run counts, so a failed burst shows as incomplete
-                pairing[key].trimmed |= trimmed
+                pairing[key].by_round |= by_round
                 rounds = pairing[key].rounds.setdefault((si, lr.run.round), {})
                 rounds.setdefault(lr.run.side, [])
                 if lr.usable:
@@ -89,7 +89,7 @@ def cells(sources: list[Source]) -> dict[ConfigKey, Cell]:
         pg = pairing.get(k)
         if pg is not None and not pg.unpaired and pg.rounds:
             cell.pairs = []
-            cell.trimmed = pg.trimmed
+            cell.by_round = pg.by_round
             for _, sides in sorted(pg.rounds.items()):
                 b, h = sides.get("base", []), sides.get("head", [])
                 if len(b) == 1 and len(h) == 1:
@@ -117,7 +117,7 @@ def _compare(
     second = np.array([hr.order > br.order for br, hr in cell.pairs], dtype=np.bool_)
     ok = np.isfinite(b) & np.isfinite(h)
     c = compare_paired(
-        b[ok], h[ok], second[ok], metric.scale, policy.alpha, policy.power, cell.trimmed
+        b[ok], h[ok], second[ok], metric.scale, policy.alpha, policy.power, cell.by_round
     )
     return c, b[ok], h[ok]
 

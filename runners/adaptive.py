@@ -72,7 +72,7 @@ class Rounds:
     looks: list[dict[str, Any]] = field(default_factory=list)
     fallback: bool = False
     paired: bool = False  # look at pairs (seqstats.decide_paired)
-    trimmed: bool = False  # … rounds minutes apart: trimmed (seqstats.trimmed_fit)
+    rounds: bool = False  # … the sequential design's rounds (seqstats.rounds_fit)
 
     def _groups(self) -> list[tuple[str, list[list[int]]]]:
         """Per row, in plan order: its pairs, as indices into `plan`."""
@@ -134,7 +134,7 @@ class Rounds:
                     pb, ph, second = self._pairs(done(), name)
                     if len(pb) < 2:
                         continue
-                    look = seqstats.decide_paired(row, pb, ph, second, self.trimmed)
+                    look = seqstats.decide_paired(row, pb, ph, second, self.rounds)
                 else:
                     look = seqstats.decide(row, values[0], values[1])
                 rec = {"row": name, "round": pi + 1, **look.record()}
@@ -234,8 +234,8 @@ class Rounds:
             "method": "fixed rounds (the client's output has no throughput)"
             if self.fallback
             else (
-                design.trimmed_method
-                if self.paired and self.trimmed
+                design.rounds_method
+                if self.paired and self.rounds
                 else design.paired_method
                 if self.paired
                 else design.method

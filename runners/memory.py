@@ -46,6 +46,7 @@ MEMORY_FLAG = re.compile(
 RESIDENT_TOTAL = 0.9  # what the resident servers of one GPU share between them
 RESIDENT = 0.45  # `{memory_fraction}` of each of the two resident servers
 SEQUENTIAL = 0.85  # … and of the one server of a sequential run (or a crossover's GPU)
+FREE_FLAG = re.compile(r"mem[-_]fraction[-_]static$")  # read as a fraction of free memory
 MIN_FRACTION, MAX_FRACTION = 0.02, 0.95
 HEADROOM = 1.05  # the head may need this much more than the base measured …
 HEADROOM_MIB = 1024  # … and this much for what a first burst allocates
@@ -121,10 +122,17 @@ def flags(command: str) -> list[tuple[str, str]]:
 
 
 def unshared(command: str, memory: Memory) -> list[str]:
-    """The memory flags of a command that do not take the server's share: a fixed number
-    (or anything but one of the memory placeholders)."""
-    allowed = {"{" + p + "}" for p in memory.placeholders()}
-    return [f"{flag} {value}".strip() for flag, value in flags(command) if value not in allowed]
+    """The memory flags of a command that do not take the server's share in the form the
+    flag reads it: SGLang's mem_fraction_static (a fraction of free memory) only
+    `{mem_fraction_static}`, a budget of the whole GPU only `{memory_fraction}` or a
+    stage's `{memory_fraction_<stage>}`; a fixed number is neither."""
+    free = {"{" + FREE_PLACEHOLDER + "}"}
+    total = {"{" + p + "}" for p in memory.placeholders()} - free
+    return [
+        f"{flag} {value}".strip()
+        for flag, value in flags(command)
+        if value not in (free if FREE_FLAG.search(flag) else total)
+    ]
 
 
 def values(

@@ -77,8 +77,8 @@ ASSUMES = {
     "sequential": [
         "the host's speed moves little between the base and head runs of a round (a "
         "round's two runs are a pair; who ran second is an order term)",
-        "a level shift of the host between a round's two runs is rare: that pair is an "
-        "outlier the trimmed means leave out",
+        "a level shift of the host between a round's two runs is rare (it widens the "
+        "interval: such a pair is far out)",
     ],
 }
 
@@ -323,7 +323,10 @@ class Alternation:
             if first and total and after is not None and isinstance(took, int):
                 why = memory.others_fit(slot, took, after, total, self._others(slot))
                 if why is not None:
-                    raise Refused(f"{why}: two servers do not fit, so the sequential design ran")
+                    n = len(self._others(slot)) + 1
+                    raise Refused(
+                        f"{why}: the {n} servers do not fit, so the sequential design ran"
+                    )
         if p.mode not in res.warmed and p.warmup_requests > 0:
             self._only(slot)
             freeze(res, False)

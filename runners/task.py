@@ -679,7 +679,6 @@ def _check_shared(srv: _Doc, server: Server) -> None:
     """A task run `alternate` must give each of its two servers its share of the GPU: a
     memory flag fixed to a number would give the second the first one's share of a GPU
     it no longer has; a command with no such flag must say why it needs none."""
-    used = False
     for key, command in server.commands():
         fixed = memory.unshared(command, server.memory)
         if fixed:
@@ -690,18 +689,16 @@ def _check_shared(srv: _Doc, server: Server) -> None:
                 "{mem_fraction_static} for SGLang's --mem-fraction-static, {memory_fraction} "
                 "or {memory_fraction_<stage>} for a budget of the whole GPU (runners/memory.py)",
             )
-        used = (
-            used
-            or bool(memory.flags(command))
-            or bool(placeholders(command) & server.memory.placeholders())
+        used = bool(memory.flags(command)) or bool(
+            placeholders(command) & server.memory.placeholders()
         )
-    if not used and server.memory.unmanaged is None:
-        raise srv.err(
-            "command",
-            "sets no GPU memory share, and the task runs `alternate` (two servers on one "
-            "GPU): pass the server's share ({mem_fraction_static} or {memory_fraction}), or "
-            "say in [server.memory] unmanaged why this server needs none",
-        )
+        if not used and server.memory.unmanaged is None:
+            raise srv.err(
+                key,
+                "sets no GPU memory share, and the task runs `alternate` (two servers on one "
+                "GPU): pass the server's share ({mem_fraction_static} or {memory_fraction}), "
+                "or say in [server.memory] unmanaged why this server needs none",
+            )
 
 
 def _check_tree_path(d: _Doc, key: str, path: str) -> None:

@@ -133,7 +133,7 @@ class Verifier:
             warn=self.warnings.append,
             root=self.o.out,
             paired=self.design in resident.PAIRED,
-            trimmed=self.design == "sequential",
+            rounds=self.design == "sequential",
         )
 
     def _design(self) -> dict[str, Any]:

@@ -9,13 +9,15 @@ adds 1% of its own noise; rounds go base, head, head, base, … (ABBA), 10 a sid
 
 Compared unpaired (Welch on the rounds) the levels are noise of SD 15%; paired, a
 round's base and head run usually share a level and the pair difference keeps the 1%.
-A level shift between a round's two runs makes that pair an outlier of ±20%, which is
-why the pairs of this design are fitted with trimmed means (`seqstats.trimmed_fit`)
-rather than means: one such pair in ten would widen a mean's interval past ±5%.
+A level shift between a round's two runs makes that pair an outlier of ±20%: it stays
+in the fit (`seqstats.rounds_fit`). A trimmed mean would leave it out and find more, but
+it would leave out as readily the runs a head is slow in — every run is a server start
+of its own — and a head slow in one start of five would read as faster
+(`test_a_head_slow_in_one_start_of_five_is_not_called_improved`).
 
 Every study goes through both consumers: the engine (`build_study` on a bundle whose
 manifest says `design: sequential, paired`, then `decide`, as the CLI runs it) on 10
-rounds, and the runner's stop (`seqstats.decide_paired(trimmed=True)` after every round).
+rounds, and the runner's stop (`seqstats.decide_paired(rounds=True)` after every round).
 Binomial tolerance as in test_calibration_drift.py: the one-sided 99% sampling error.
 """
 
@@ -43,8 +45,11 @@ PAIRED = {"name": "sequential", "paired": True, "unit": "round"}
 UNPAIRED = {"name": "sequential", "paired": False, "unit": "round"}
 
 
-def rounds(rng: random.Random, effect: float) -> list[QpsRun]:
-    """One row's runs in execution order: ABBA rounds on a host with level shifts."""
+def rounds(
+    rng: random.Random, effect: float, slow: tuple[float, float] = (0.0, 0.0)
+) -> list[QpsRun]:
+    """One row's runs in execution order: ABBA rounds on a host with level shifts.
+    `slow`: (p, factor) — each head start is `factor` slower with probability p."""
     level = rng.gauss(0.0, LEVEL_SD)
     runs: list[QpsRun] = []
     for r in range(1, ROUNDS + 1):
@@ -54,6 +59,8 @@ def rounds(rng: random.Random, effect: float) -> list[QpsRun]:
             log_qps = math.log(40.0) + level + rng.gauss(0.0, RUN_SD)
             if side == "head":
                 log_qps += math.log1p(effect)
+                if rng.random() < slow[0]:
+                    log_qps += math.log(slow[1])
             runs.append(QpsRun(side, r, math.exp(log_qps)))
     return runs
 
@@ -73,21 +80,23 @@ def runner(runs: list[QpsRun]) -> tuple[str, int]:
         base = [r.qps for r in first if r.side == "base"]
         head = [r.qps for r in first if r.side == "head"]
         second = [r % 2 == 1 for r in range(1, n + 1)]  # odd rounds: head ran second
-        look = s.decide_paired(row, base, head, second, trimmed=True)  # type: ignore[arg-type]
+        look = s.decide_paired(row, base, head, second, rounds=True)  # type: ignore[arg-type]
         if look.verdict != s.CONTINUE:
             return look.verdict, n
     return s.INCONCLUSIVE, ROUNDS
 
 
-def measure(effect: float, n: int, seed: int) -> dict[str, Counter[str]]:
+def measure(
+    effect: float, n: int, seed: int, slow: tuple[float, float] = (0.0, 0.0)
+) -> dict[str, Counter[str]]:
     rng = random.Random(seed)
     out: dict[str, Counter[str]] = {"paired": Counter(), "welch": Counter(), "runner": Counter()}
     for _ in range(n):
-        runs = rounds(rng, effect)
+        runs = rounds(rng, effect, slow)
         out["paired"][engine(runs, PAIRED)] += 1
         out["welch"][engine(runs, UNPAIRED)] += 1
         out["runner"][runner(runs)[0]] += 1
-    print(effect, {k: dict(v) for k, v in out.items()})
+    print(effect, slow, {k: dict(v) for k, v in out.items()})
     return out
 
 
@@ -101,51 +110,47 @@ def test_an_a_a_under_level_shifts_rarely_claims_anything() -> None:
     for who in ("paired", "runner"):
         false = m[who]["improved"] + m[who]["regressed"]
         assert false / n <= 0.05 + _tol(0.05, n), m
-    # and mostly says so: within ±3% (measured 0.76 for the engine, 0.86 for the runner)
-    assert m["paired"]["no-change"] / n >= 0.70, m
-    assert m["runner"]["equivalent"] / n >= 0.80, m
+    # and says so more often than Welch on the same rounds (measured: engine 0.40 against
+    # Welch's 0.13; the runner's stop, equivalent, 0.56)
+    assert m["paired"]["no-change"] / n >= 0.30, m
+    assert m["paired"]["no-change"] >= 2 * m["welch"]["no-change"], m
+    assert m["runner"]["equivalent"] / n >= 0.45, m
 
 
-def test_a_planted_5_percent_under_level_shifts_is_found_in_10_rounds_a_side() -> None:
+def test_a_planted_5_percent_under_level_shifts_is_found_far_more_often_paired() -> None:
+    """The issue's target was 90% at 10 rounds a side; paired, untrimmed, it is 71%: a
+    level shift falls inside about one pair in eight, and that pair stays in."""
     n = 400
     m = measure(0.05, n, 2)
-    assert m["paired"]["improved"] / n >= 0.90 - _tol(0.90, n), m
+    assert m["paired"]["improved"] / n >= 0.65 - _tol(0.65, n), m  # measured 0.71
+    assert m["welch"]["improved"] / n <= 0.40, m  # the same bundles unpaired: 0.33
+    assert m["runner"]["improved"] / n >= 0.65 - _tol(0.65, n), m  # measured 0.70
     assert m["paired"]["regressed"] == m["runner"]["regressed"] == 0, m
-    # the same bundles compared unpaired: the levels are the noise (measured 0.28)
-    assert m["welch"]["improved"] / n <= 0.5, m
-    # the runner looks after every round, so each look spends some alpha: it finds less
-    # by the 10th round than the engine's one look at 10 (measured 0.80; engine 0.93)
-    assert m["runner"]["improved"] / n >= 0.80 - _tol(0.80, n), m
 
 
-def test_without_level_shifts_the_trimmed_fit_keeps_its_level() -> None:
-    """Gaussian pair noise (SD 5%), no shifts: the trimmed fit's 95% interval covers the
-    true effect in about 95% of studies (Yuen's standard error is not too narrow)."""
-    rng = random.Random(3)
-    covered = 0
-    n = 1000
-    for _ in range(n):
-        d = [rng.gauss(0.02, 0.05) for _ in range(ROUNDS)]
-        second = [i % 2 == 0 for i in range(ROUNDS)]
-        mu, se, df = s.trimmed_fit(d, second)
-        q = s.t_isf(0.025, df)
-        covered += mu - q * se <= 0.02 <= mu + q * se
-    assert covered / n >= 0.95 - _tol(0.95, n), covered
+def test_a_head_slow_in_one_start_of_five_is_not_called_improved() -> None:
+    """5% faster in most starts, 40% slower in one of five: about 6% slower in all. Only
+    the studies where no slow start came up (0.8¹⁰ ≈ 11%) may read it faster."""
+    n = 300
+    m = measure(0.05, n, 5, slow=(0.2, 0.6))
+    assert m["paired"]["improved"] / n <= 0.11 + _tol(0.11, n), m  # measured 0.09
+    # The runner's stop looks after every round, so three lucky starts can end it
+    # improved: 0.31 (as with the Welch stop before it: 0.31). docs/statistics.md.
 
 
-def test_the_trimmed_fit_takes_the_order_term_out() -> None:
-    """Whoever runs second is 4% faster: the trimmed fit's estimate is the effect."""
+def test_the_order_term_is_taken_out_from_three_rounds_of_each_order() -> None:
+    """Whoever runs second is 4% faster: the fit's estimate is the effect."""
     rng = random.Random(4)
     second = [i % 2 == 0 for i in range(ROUNDS)]
     d = [0.01 + (0.04 if s2 else -0.04) + rng.gauss(0.0, 0.002) for s2 in second]
-    mu, se, _ = s.trimmed_fit(d, second)
+    mu, se, df = s.rounds_fit(d, second)
     assert mu == pytest.approx(0.01, abs=0.002)
-    assert se < 0.002
+    assert (se < 0.002, df) == (True, ROUNDS - 2)
 
 
-def test_with_few_rounds_of_an_order_the_trimmed_fit_is_a_one_sample_t() -> None:
+def test_with_fewer_rounds_of_an_order_the_fit_is_a_one_sample_t() -> None:
     d, second = [0.01, 0.03, 0.02, 0.06], [True, False, True, False]
-    mu, se, df = s.trimmed_fit(d, second)
+    mu, se, df = s.rounds_fit(d, second)
     assert (mu, df) == (pytest.approx(0.03), 3.0)
     assert se == pytest.approx(0.02160247 / 2)  # the SD of d over √4
-    assert s.trimmed_fit([0.01], [True])[2] == 0.0  # one pair: no interval
+    assert s.rounds_fit([0.01], [True])[2] == 0.0  # one pair: no interval

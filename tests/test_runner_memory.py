@@ -129,6 +129,36 @@ def test_an_alternate_task_with_a_fixed_memory_flag_is_refused_naming_it(
     )
 
 
+def test_each_memory_flag_must_take_the_share_in_the_form_it_reads(tmp_path: Path) -> None:
+    """--mem-fraction-static reads a fraction of free memory; a budget flag, of the whole
+    GPU: either told the other's placeholder would starve or swell the second server."""
+    table = "\n[server.memory]\nshares = { x = 0.5 }\n"
+    for cmd, said in [
+        ("--mem-fraction-static {memory_fraction}", "--mem-fraction-static {memory_fraction}"),
+        ("--x.gpu_memory_fraction {mem_fraction_static}", "--x.gpu_memory_fraction {mem"),
+    ]:
+        text = _with(f'command = "{{python}} -m srv --port {{port}} {cmd}"', "alternate", table)
+        with pytest.raises(tasks.TaskError) as e:
+            tasks.load(str(_task(tmp_path, text)))
+        assert f"sets GPU memory with {said}" in str(e.value), str(e.value)
+
+
+def test_a_variant_without_a_share_is_refused_though_the_command_has_one(
+    tmp_path: Path,
+) -> None:
+    ok = 'command = "{python} -m srv --port {port} --mem-fraction-static {mem_fraction_static}"'
+    text = _with(ok, "alternate") + (
+        '\n[[server.variants]]\nwhen_exists = "new.yaml"\n'
+        'command = "{python} -m srv --port {port} --config new.yaml"\n'
+    )
+    # the variants table must sit inside [server]: move it up before [benchmark]
+    head, rest = text.split("\n[benchmark]\n", 1)
+    variant = rest[rest.index("\n[[server.variants]]") :]
+    text = head + variant + "\n[benchmark]\n" + rest[: rest.index("\n[[server.variants]]")]
+    with pytest.raises(tasks.TaskError, match=r"`server.variants\[0\].command` sets no GPU"):
+        tasks.load(str(_task(tmp_path, text)))
+
+
 def test_an_alternate_task_that_sets_no_share_must_say_why(tmp_path: Path) -> None:
     bare = 'command = "{python} -m srv --port {port}"'
     with pytest.raises(tasks.TaskError, match="sets no GPU memory share"):
@@ -302,7 +332,7 @@ def test_a_gpu_too_small_for_two_falls_back_to_sequential_saying_why(tmp_path: P
     assert re.fullmatch(
         r"after the (base|head) server started, 15600 MiB of the GPU's 40000 MiB were free; "
         r"the (base|head) server needs about 26644 MiB \(the 24400 MiB the (base|head) took, "
-        r"\+5% and 1024 MiB for first requests, each\): two servers do not fit, so the "
+        r"\+5% and 1024 MiB for first requests, each\): the 2 servers do not fit, so the "
         r"sequential design ran",
         d["refused"],
     ), d["refused"]

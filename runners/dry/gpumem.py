@@ -71,9 +71,14 @@ def take(stages: list[str], tag: str) -> tuple[IO[bytes], list[str]] | None:
     size = os.environ.get(SIZE_VAR, "")
     total = int(size) if size.isdigit() else H100_MIB
     path = Path(folder) / f"{tag}.mib"
-    f = path.open("wb")
-    os.chmod(path, 0o644)
+    # locked before it is a `*.mib` the runner reads: an unlocked one is a dead server's
+    tmp = Path(folder) / f".{tag}.tmp"
+    f = tmp.open("wb")
+    os.chmod(tmp, 0o644)
     fcntl.flock(f, fcntl.LOCK_EX)
+    f.write(b"0")
+    f.flush()
+    tmp.rename(path)
     try:
         return f, _stages(f, stages, Path(folder), total)
     except BaseException:
