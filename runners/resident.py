@@ -264,6 +264,35 @@ class Alternation:
         res.pending_s += time.monotonic() - t
         return res
 
+    def _unread(self, slot: str) -> None:
+        """Say once that the GPU's memory could not be read around a server's start (with
+        no GPU backend at all the verifier has said so already)."""
+        if self.v.backend.name is None:
+            return
+        note = (
+            "the GPU's memory could not be read around the servers' starts: whether they "
+            "fit together was not checked, and each was given its share as if the GPU "
+            "were empty ({mem_fraction_static} = {memory_fraction})"
+        )
+        if note not in self.v.warnings:
+            self.v.warnings.append(note)
+
+    def _compare_memory(self, slot: str, took: int) -> None:
+        """A server that took far more or less than the first one did: their memory pools
+        differ, and so may their speed (a share the command fixed, a stage that allocates
+        before the engine sizes its pool, or the change itself)."""
+        firsts = [r[0].get("vram_mib") for s, r in self.records.items() if s != slot and r]
+        ref = next((f for f in firsts if isinstance(f, int) and f > 0), None)
+        if ref is None or 0.8 * ref <= took <= 1.25 * ref:
+            return
+        first = next(s for s, r in self.records.items() if s != slot and r)
+        self.v.warnings.append(
+            f"the {first} server took {ref} MiB of GPU memory and the {slot} server {took} "
+            "MiB: their memory pools differ, and so may their speed (a memory share the "
+            "command fixes, a stage that allocates before the engine sizes its pool, or "
+            "the change itself)"
+        )
+
     def _others(self, slot: str) -> list[str]:
         """The slots whose servers start next to `slot`'s on its GPU."""
         slots = ["base", "head", "control"] if self.control else ["base", "head"]
@@ -320,13 +349,17 @@ class Alternation:
                 res.record["vram_mib"] = max(0, after - before)
             res.record["gpu_memory_total_mib"] = total
             took = res.record.get("vram_mib")
-            if first and total and after is not None and isinstance(took, int):
+            if not total or not isinstance(took, int):
+                self._unread(slot)
+            elif first and after is not None:
                 why = memory.others_fit(slot, took, after, total, self._others(slot))
                 if why is not None:
                     n = len(self._others(slot)) + 1
                     raise Refused(
                         f"{why}: the {n} servers do not fit, so the sequential design ran"
                     )
+            else:
+                self._compare_memory(slot, took)
         if p.mode not in res.warmed and p.warmup_requests > 0:
             self._only(slot)
             freeze(res, False)

@@ -84,6 +84,7 @@ class Study(Protocol):
     gpu_idle_timeout: float
     on_failure: str
     minutes: Callable[[list[dict[str, Any]]], dict[str, float]]
+    warnings: list[str]  # the manifest's `warnings`
 
     def values(self, side: str, rnd: int | None, **extra: object) -> dict[str, object]: ...
 

@@ -17,7 +17,8 @@ import pytest
 from runners import memory
 from runners import task as tasks
 from runners.dry import gpumem
-from runners.gpu import DryGpu
+from runners.gpu import Backend, DryGpu, GpuInfo
+from runners.verify import Verifier
 from tests.test_runner_verify import ROOT, make_repo, runner_cmd, runner_env
 
 ARTICLE_TASKS = (
@@ -306,6 +307,7 @@ def test_two_stage_servers_each_take_their_share_of_a_simulated_h100(tmp_path: P
     assert rec["memory_fraction_vocoder"] == "0.090"
     assert float(rec["mem_fraction_static"]) > 0.6  # of what the first one left free
     assert all(r["status"] == "ok" for r in m["runs"])
+    assert not [w for w in m["warnings"] if "memory" in w]
 
 
 def test_a_fraction_of_free_memory_passed_as_a_share_of_the_gpu_starves_the_second(
@@ -320,6 +322,8 @@ def test_a_fraction_of_free_memory_passed_as_a_share_of_the_gpu_starves_the_seco
     assert m["design"]["name"] == "alternate"
     first, second = m["design"]["start_order"][:2]
     assert _took(m, second) < 0.7 * _took(m, first)
+    said = f"the {first} server took {_took(m, first)} MiB of GPU memory and the {second} "
+    assert [w for w in m["warnings"] if w.startswith(said)], m["warnings"]
 
 
 def test_a_gpu_too_small_for_two_falls_back_to_sequential_saying_why(tmp_path: Path) -> None:
@@ -343,3 +347,37 @@ def test_a_gpu_too_small_for_two_falls_back_to_sequential_saying_why(tmp_path: P
 def test_the_dry_backend_needs_its_folder() -> None:
     with pytest.raises(RuntimeError, match="RSI_DRY_GPU, an existing folder"):
         DryGpu.from_env({"RSI_DRY_GPU": "/nonexistent/rsi"})
+
+
+class _NoMemory(Backend):
+    """A GPU whose memory cannot be read (NVML answering, its memory query failing)."""
+
+    name = "fake"
+
+    def sample(self) -> list[dict[str, Any]]:
+        return [
+            {"gpu": 0, "sm_clock_mhz": 1980, "util_pct": 0, "mem_used_mib": None, "power_w": 100.0}
+        ]
+
+    def processes(self) -> list[dict[str, Any]] | None:
+        return []
+
+    def info(self) -> GpuInfo:
+        return GpuInfo(gpu_name="NVIDIA H100 80GB HBM3", gpu_count=1)
+
+
+def test_a_gpu_whose_memory_cannot_be_read_is_said_not_to_have_been_checked(
+    tmp_path: Path,
+) -> None:
+    from tests.test_runner_resident import _in_process
+
+    opts = _in_process(tmp_path, tmp_path / "bundle", "v-unread", _NoMemory())
+    assert Verifier(opts).run() == 0
+    m = json.loads((tmp_path / "bundle" / "manifest.json").read_text())
+    assert m["design"]["name"] == "alternate"
+    said = [w for w in m["warnings"] if "memory could not be read" in w]
+    assert said == [
+        "the GPU's memory could not be read around the servers' starts: whether they fit "
+        "together was not checked, and each was given its share as if the GPU were empty "
+        "({mem_fraction_static} = {memory_fraction})"
+    ]
