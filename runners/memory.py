@@ -100,18 +100,22 @@ def check(shares: Mapping[str, object], other_gib: object) -> str | None:
 
 
 def flags(command: str) -> list[tuple[str, str]]:
-    """(flag, value template) of each GPU-memory flag in a command template."""
+    """(flag, value template) of each GPU-memory flag in a command template, also inside a
+    script it hands a shell (`sh -c '…'`, `bash -lc "…"`, `env X=1 sh -c …`): every
+    argument with spaces in it is read as a command line of its own."""
+    return _flags(command, depth=3)
+
+
+def _flags(command: str, depth: int) -> list[tuple[str, str]]:
     try:
         tokens = shlex.split(command)
     except ValueError:
         return []
-    if len(tokens) >= 3 and tokens[:2] == ["sh", "-c"]:
-        try:
-            tokens = [*shlex.split(tokens[2]), *tokens[3:]]
-        except ValueError:
-            return []
     out: list[tuple[str, str]] = []
     for i, tok in enumerate(tokens):
+        if depth > 0 and any(c.isspace() for c in tok):
+            out += _flags(tok, depth - 1)
+            continue
         name, eq, value = tok.partition("=")
         if not MEMORY_FLAG.match(name):
             continue

@@ -83,8 +83,12 @@ def test_memory_flags_are_found_however_they_are_spelt() -> None:
     ]
     m = memory.Memory(shares={"tts_engine": 0.9})
     assert memory.unshared(cmd, m) == ["--mem-fraction-static 0.8", "--gpu-memory-utilization 0.9"]
-    inner = "sh -c 'exec python -m x --mem-fraction-static 0.5'"
-    assert memory.flags(inner) == [("--mem-fraction-static", "0.5")]
+    for wrapped in (
+        "sh -c 'exec python -m x --mem-fraction-static 0.5'",
+        'bash -lc "python -m x --mem-fraction-static 0.5"',
+        "env A=1 /bin/sh -ec 'cd w && exec python -m x --mem-fraction-static=0.5'",
+    ):
+        assert memory.flags(wrapped) == [("--mem-fraction-static", "0.5")], wrapped
 
 
 def test_a_second_server_that_does_not_fit_is_refused_with_the_figures() -> None:
