@@ -24,6 +24,7 @@ from evidence.model import ClaimSpec, Manifest, Mode, StudyRow, Verdict
 from evidence.policy import Policy
 from evidence.records import FloatArray
 from evidence.stats import Comparison, compare, compare_paired, holm
+from runners import seqstats
 
 ConfigKey = tuple[str, Mode, int]
 
@@ -96,6 +97,10 @@ def cells(sources: list[Source]) -> dict[ConfigKey, Cell]:
                     cell.pairs.append((b[0], h[0]))
                 else:
                     cell.incomplete += 1
+            if pg.by_round and not seqstats.rounds_paired(
+                [h.order > b.order for b, h in cell.pairs]
+            ):
+                cell.pairs, cell.incomplete = None, 0  # too few rounds: Welch, as before
         out[k] = cell
     return out
 

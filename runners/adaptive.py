@@ -130,8 +130,10 @@ class Rounds:
                 state["measured"] = measured
                 if min(measured) < 2:
                     continue
-                if self.paired:
-                    pb, ph, second = self._pairs(done(), name)
+                pb, ph, second = self._pairs(done(), name) if self.paired else ([], [], [])
+                if self.paired and self.rounds and not seqstats.rounds_paired(second):
+                    look = seqstats.decide(row, values[0], values[1])  # too few rounds yet
+                elif self.paired:
                     if len(pb) < 2:
                         continue
                     look = seqstats.decide_paired(row, pb, ph, second, self.rounds)

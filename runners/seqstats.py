@@ -519,6 +519,15 @@ def paired_fit(d: Sequence[float], head_second: Sequence[bool]) -> tuple[float, 
     return m, math.sqrt(var / n), float(n - 1)
 
 
+def rounds_paired(head_second: Sequence[bool]) -> bool:
+    """Whether a sequential design's rounds are compared as pairs: from three rounds of
+    each order. With fewer, Welch on the rounds (as before pairing): at 4 rounds a side
+    the pairs' t has 2 or 3 degrees of freedom against Welch's ~6, and on a quiet machine
+    Welch found a planted −8% at 3% run noise in 88% of studies, the pairs in 54–74%."""
+    second = sum(1 for s2 in head_second if s2)
+    return second >= 3 and len(head_second) - second >= 3
+
+
 def rounds_fit(d: Sequence[float], head_second: Sequence[bool]) -> tuple[float, float, float]:
     """`paired_fit` for rounds minutes apart (the sequential design): with at least three
     rounds of each order, `paired_fit` (the order term); with fewer, a one-sample t on
