@@ -130,7 +130,7 @@ class Adaptive(_Open):
 # mode, concurrency and round measured close in time); any other name, even one that
 # says `paired`, is analysed unpaired.
 PAIRED_DESIGNS = frozenset({"alternate", "crossover", "sequential"})
-# … of which the pairs are rounds minutes apart (runners/seqstats.py `rounds_fit`).
+# … of which the pairs are rounds minutes apart (runners/seqstats.py `rounds_paired`).
 ROUNDS_DESIGNS = frozenset({"sequential"})
 
 

@@ -19,7 +19,6 @@ import numpy.typing as npt
 from scipy import stats
 
 from evidence.records import FloatArray
-from runners import seqstats
 
 
 @dataclass(frozen=True)
@@ -144,12 +143,10 @@ def compare_paired(
     scale: Literal["log", "diff"],
     alpha: float = 0.05,
     power: float = 0.8,
-    rounds: bool = False,
 ) -> Comparison:
     """Compare per-pair values (`base[i]` and `head[i]` measured as pair i, `head_second[i]`
     when head ran second); pairs with a missing figure are left out. The same fields as
-    `compare`; no interval from fewer than two pairs. `rounds`: the pairs are rounds
-    minutes apart, fitted as the runner fits them (runners/seqstats.py `rounds_fit`)."""
+    `compare`; no interval from fewer than two pairs."""
     ok = np.isfinite(base) & np.isfinite(head)
     base, head, second = base[ok], head[ok], head_second[ok]
     if base.size == 0:
@@ -157,11 +154,7 @@ def compare_paired(
     if scale == "log" and (base.min() <= 0 or head.min() <= 0):
         scale = "diff"  # as in `compare`: a zero or negative figure has no ratio
     d = np.log(head) - np.log(base) if scale == "log" else head - base
-    df: float
-    if rounds:
-        mu, se, df = seqstats.rounds_fit([float(x) for x in d], [bool(x) for x in second])
-    else:
-        mu, se, df = paired_fit(d, second)
+    mu, se, df = paired_fit(d, second)
     lo = hi = p = mde = None
     if df >= 1:
         if se == 0.0:

@@ -42,14 +42,13 @@ class Cell:
     requests_per_round: int
     pairs: list[Pair] | None = None
     incomplete: int = 0
-    by_round: bool = False  # the pairs are rounds minutes apart (`rounds_fit`)
 
 
 @dataclass
 class _Pairing:
     rounds: dict[tuple[int, int], dict[str, list[LoadedRun]]] = field(default_factory=dict)
     unpaired: bool = False  # a source of this configuration is not of a paired design
-    by_round: bool = False  # a source of it is of sequential rounds (`rounds_fit`)
+    by_round: bool = False  # a source of it is of sequential rounds (`rounds_paired`)
 
 
 def is_paired(manifest: Manifest) -> bool:
@@ -90,7 +89,6 @@ def cells(sources: list[Source]) -> dict[ConfigKey, Cell]:
         pg = pairing.get(k)
         if pg is not None and not pg.unpaired and pg.rounds:
             cell.pairs = []
-            cell.by_round = pg.by_round
             for _, sides in sorted(pg.rounds.items()):
                 b, h = sides.get("base", []), sides.get("head", [])
                 if len(b) == 1 and len(h) == 1:
@@ -121,9 +119,7 @@ def _compare(
     h = _values([p[1] for p in cell.pairs], metric.name)
     second = np.array([hr.order > br.order for br, hr in cell.pairs], dtype=np.bool_)
     ok = np.isfinite(b) & np.isfinite(h)
-    c = compare_paired(
-        b[ok], h[ok], second[ok], metric.scale, policy.alpha, policy.power, cell.by_round
-    )
+    c = compare_paired(b[ok], h[ok], second[ok], metric.scale, policy.alpha, policy.power)
     return c, b[ok], h[ok]
 
 

@@ -72,7 +72,7 @@ class Rounds:
     looks: list[dict[str, Any]] = field(default_factory=list)
     fallback: bool = False
     paired: bool = False  # look at pairs (seqstats.decide_paired)
-    rounds: bool = False  # … the sequential design's rounds (seqstats.rounds_fit)
+    rounds: bool = False  # … the sequential design's rounds (seqstats.rounds_paired)
 
     def _groups(self) -> list[tuple[str, list[list[int]]]]:
         """Per row, in plan order: its pairs, as indices into `plan`."""
@@ -136,7 +136,7 @@ class Rounds:
                 elif self.paired:
                     if len(pb) < 2:
                         continue
-                    look = seqstats.decide_paired(row, pb, ph, second, self.rounds)
+                    look = seqstats.decide_paired(row, pb, ph, second)
                 else:
                     look = seqstats.decide(row, values[0], values[1])
                 rec = {"row": name, "round": pi + 1, **look.record()}

@@ -520,33 +520,16 @@ def paired_fit(d: Sequence[float], head_second: Sequence[bool]) -> tuple[float, 
 
 
 def rounds_paired(head_second: Sequence[bool]) -> bool:
-    """Whether a sequential design's rounds are compared as pairs: from three rounds of
-    each order. With fewer, Welch on the rounds (as before pairing): at 4 rounds a side
-    the pairs' t has 2 or 3 degrees of freedom against Welch's ~6, and on a quiet machine
-    Welch found a planted −8% at 3% run noise in 88% of studies, the pairs in 54–74%."""
+    """Whether a sequential design's rounds are compared as pairs (`paired_fit`, order
+    term included): from three rounds of each order. With fewer, Welch on the rounds (as
+    before pairing): at 4 rounds a side the pairs' t has 2 or 3 degrees of freedom against
+    Welch's ~6, and on a quiet machine Welch found a planted −8% at 3% run noise in 88% of
+    studies, the pairs in 54–74%. Not trimmed: a trimmed mean would leave out a pair a
+    level shift of the host put far out, but equally the runs a head is slow in (each run
+    is a server start of its own: a head slow in one start of five was called improved in
+    56% of studies trimmed, 9% not)."""
     second = sum(1 for s2 in head_second if s2)
     return second >= 3 and len(head_second) - second >= 3
-
-
-def rounds_fit(d: Sequence[float], head_second: Sequence[bool]) -> tuple[float, float, float]:
-    """`paired_fit` for rounds minutes apart (the sequential design): with at least three
-    rounds of each order, `paired_fit` (the order term); with fewer, a one-sample t on
-    the pairs (df n − 1) — at 4 rounds an order term would cost half the degrees of
-    freedom (a planted −8% at 3% run noise found in 54% of studies against 74%).
-
-    Not trimmed: a trimmed mean would leave out a pair a level shift of the host put far
-    out, but equally the runs a head is slow in — each run is a server start of its own,
-    and a head slow in one start of five is slower, not faster (trimmed, such a head was
-    called improved in 56% of studies)."""
-    second = sum(1 for s2 in head_second if s2)
-    if second >= 3 and len(head_second) - second >= 3:
-        return paired_fit(d, head_second)
-    n = len(d)
-    m = sum(d) / n if n else math.nan
-    if n < 2:
-        return m, math.nan, 0.0
-    var = sum((x - m) ** 2 for x in d) / (n - 1)
-    return m, math.sqrt(var / n), float(n - 1)
 
 
 def decide_paired(
@@ -554,14 +537,12 @@ def decide_paired(
     base: Sequence[float],
     head: Sequence[float],
     head_second: Sequence[bool],
-    rounds: bool = False,
 ) -> Look:
     """`decide` for a paired design: `base[i]` and `head[i]` are pair i's throughput
     (> 0), measured close in time, `head_second[i]` true when head ran second. The
     statistic is the pairs' log ratio (`paired_fit`), the information fraction
     n / max_rounds (max_rounds: the most pairs); spending and verdicts as in `decide`.
-    Pairs in which a side failed are the caller's to leave out. `rounds`: the pairs are
-    rounds minutes apart (the sequential design), fitted by `rounds_fit`.
+    Pairs in which a side failed are the caller's to leave out.
 
     One difference: the efficacy interval of each look is taken at that look's own share
     of alpha (a union bound), not at the boundary's nominal level. With one pair a look
@@ -579,7 +560,7 @@ def decide_paired(
         seq.looks.append(look)
         return look
     diffs = [math.log(h) - math.log(b) for b, h in zip(base, head, strict=True)]
-    diff, se, df = (rounds_fit if rounds else paired_fit)(diffs, head_second)
+    diff, se, df = paired_fit(diffs, head_second)
     return _judge(seq, n, n, min(1.0, n / d.max_rounds), diff, se, df, union=True)
 
 
