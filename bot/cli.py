@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from pathlib import Path
@@ -277,10 +278,27 @@ def worker(workers: int, metrics_port: int | None) -> None:
     observability.init_sentry(settings, "worker")
     rt = runtime.build(settings)
     if metrics_port is not None:
-        observability.serve_metrics(rt, metrics_port, host=settings.METRICS_HOST)
+        _serve_worker_metrics(rt, metrics_port, settings.METRICS_HOST)
     consumer = rt.huey.create_consumer(workers=workers, worker_type="thread", periodic=True)
     _hold_signals_while_starting(consumer)
     consumer.run()
+
+
+def _serve_worker_metrics(rt: Any, port: int, host: str) -> None:
+    """The worker's `/metrics`, if its port can be had: a port another process holds must
+    not stop the jobs (the worker, started again and again, would process none)."""
+    from bot import observability
+
+    try:
+        observability.serve_metrics(rt, port, host=host)
+    except OSError as exc:
+        logging.getLogger("rsi.worker").error(
+            "the queue worker cannot serve /metrics on %s:%d (%s); it runs its jobs without "
+            "them: free the port or set METRICS_PORT to another",
+            host,
+            port,
+            exc.strerror or exc,
+        )
 
 
 def _hold_signals_while_starting(consumer: Any) -> None:

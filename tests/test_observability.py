@@ -353,6 +353,25 @@ def test_worker_serves_its_own_metrics(app: Flask) -> None:
     assert "rsi_jobs_total" in text or "# HELP rsi_jobs" in text
 
 
+def test_worker_runs_its_jobs_when_its_metrics_port_is_taken(
+    app: Flask, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another process on the worker's metrics port: the worker says so and goes on (it
+    exited, was started again, exited again, and processed no delivery)."""
+    from bot.cli import _serve_worker_metrics
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        with caplog.at_level(logging.ERROR, logger="rsi.worker"):
+            _serve_worker_metrics(rt(app), port, "127.0.0.1")
+    [line] = [r.getMessage() for r in caplog.records if r.name == "rsi.worker"]
+    assert f"cannot serve /metrics on 127.0.0.1:{port}" in line
+    assert "runs its jobs without them" in line
+    assert "METRICS_PORT" in line
+
+
 # --- logs -----------------------------------------------------------------------------------
 
 

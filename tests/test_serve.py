@@ -38,7 +38,7 @@ def env(tmp_path: Path, **extra: str) -> dict[str, str]:
             "QUEUE_PATH": str(tmp_path / "state" / "queue.db"),
             "ARTIFACT_STORE": str(tmp_path / "artifacts"),
             "LOG_LEVEL": "DEBUG",
-            "METRICS_PORT": str(free_port()),
+            "METRICS_PORT": str(free_metrics_port()),
         }
     )
     base.update(extra)
@@ -49,6 +49,18 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def free_metrics_port() -> int:
+    """A free port whose next is free too: `serve` gives the queue worker METRICS_PORT + 1."""
+    while True:
+        port = free_port()
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
 
 
 def test_db_upgrade_from_any_directory(tmp_path: Path) -> None:
@@ -210,7 +222,7 @@ CUT_OFF_S = 16.0  # headers within 5 s (keepalive), the body within 10 s more
 def start_web(tmp_path: Path, how: str, port: int, log: Path) -> subprocess.Popen[bytes]:
     """The web process as a deployment starts it: `rsi-bot serve`, or the Procfile's
     `web:` (gunicorn with bot.gunicorn_conf, on PORT); the code of this checkout."""
-    e = env(tmp_path, PYTHONPATH=str(ROOT), PORT=str(port), METRICS_PORT=str(free_port()))
+    e = env(tmp_path, PYTHONPATH=str(ROOT), PORT=str(port), METRICS_PORT=str(free_metrics_port()))
     if how == "serve":
         cmd = [*CLI, "serve", "--port", str(port)]
     else:
