@@ -29,7 +29,7 @@ DESIGNS: dict[str, Words] = {
     "sequential": Words(
         "sequential rounds",
         "round",
-        "one server start per run; base and head rounds interleaved base, head, head, base",
+        "servers started anew every round; base and head rounds interleaved base, head, head, base",
         (
             "the machine's speed drifts alike for both sides over the rounds (the "
             "interleaving balances a slow drift; a faster one widens the interval)",

@@ -73,6 +73,7 @@ class Rounds:
     fallback: bool = False
     paired: bool = False  # look at pairs (seqstats.decide_paired)
     rounds: bool = False  # … the sequential design's rounds (seqstats.rounds_paired)
+    _left: list[Planned] | None = None  # `blocks`: the runs not handed out yet
 
     def _groups(self) -> list[tuple[str, list[list[int]]]]:
         """Per row, in plan order: its pairs, as indices into `plan`."""
@@ -85,12 +86,7 @@ class Rounds:
         """The runs to make, in order; `done()` gives the records so far (each run's
         record is in it when the next is asked for)."""
         groups = self._groups()
-        design = seqstats.Design(
-            max_rounds=self.max_rounds,
-            threshold_pct=self.threshold_pct,
-            alpha=self.alpha,
-            rows=len(groups),
-        )
+        design = self._design(len(groups))
         for gi, (name, pairs) in enumerate(groups):
             row = seqstats.Row(design)
             state: dict[str, Any] = {"verdict": None, "stopped": None, "rounds": 0}
@@ -111,53 +107,122 @@ class Rounds:
                 for i in pair:
                     self.cursor = i
                     yield self.plan[i]
-                if not self.adaptive or self.fallback:
-                    state["rounds"] = pi + 1
-                    continue
-                values = self._values(done(), name)
-                if values is None:
-                    self.fallback = True
-                    state["rounds"] = pi + 1
-                    self.warn(
-                        "--rounds auto: the client's speed file has no summary.throughput_qps, "
-                        f"so the rounds are fixed ({min(FALLBACK_ROUNDS, len(pairs))} a side)"
-                    )
-                    continue
-                measured = (len(values[0]), len(values[1]))
-                state["rounds"] = min(measured)  # rounds a side that were measured
-                if measured == state.get("measured"):
-                    continue  # the pair failed or was skipped: nothing new to look at
-                state["measured"] = measured
-                if min(measured) < 2:
-                    continue
-                pb, ph, second = self._pairs(done(), name) if self.paired else ([], [], [])
-                if self.paired and self.rounds and not seqstats.rounds_paired(second):
-                    look = seqstats.decide(row, values[0], values[1])  # too few rounds yet
-                elif self.paired:
-                    if len(pb) < 2:
-                        continue
-                    look = seqstats.decide_paired(row, pb, ph, second)
-                else:
-                    look = seqstats.decide(row, values[0], values[1])
-                rec = {"row": name, "round": pi + 1, **look.record()}
-                rec["gpu_minutes"] = held_minutes(done())["total"]
-                self.looks.append(rec)
-                state["last"] = look
-                if look.verdict != seqstats.CONTINUE:
-                    state["verdict"] = look.verdict
-                    state["stopped"] = "decided"
+                if self._look(done(), name, pi, len(pairs), row):
                     break
             else:
                 state["stopped"] = state["stopped"] or "max-rounds"
         self.cursor = len(self.plan)
 
-    def _fits(self, runs: list[dict[str, Any]], allowance: float) -> bool:
-        """Whether one more pair fits in the row's share of the budget (from the mean
-        GPU minutes of the runs so far)."""
+    def blocks(self, done: Callable[[], list[dict[str, Any]]]) -> Iterator[list[Planned]]:
+        """The runs to make round by round, for a server every row can share: per round,
+        each side's runs of the rows still undecided, one block per server start (a
+        sequential round of 6 rows starts 2 servers, not 12). Each row is looked at after
+        every round, as `runs` does."""
+        groups = self._groups()
+        design = self._design(len(groups))
+        rows = {name: seqstats.Row(design) for name, _ in groups}
+        pairs = dict(groups)
+        for name, _ in groups:
+            self.rows[name] = {"verdict": None, "stopped": None, "rounds": 0}
+        live = [name for name, _ in groups]
+        self._left = list(self.plan)
+        for pi in range(max((len(x) for x in pairs.values()), default=0)):
+            for name in [n for n in live if pi >= len(pairs[n])]:
+                self.rows[name]["stopped"] = self.rows[name]["stopped"] or "max-rounds"
+                live.remove(name)
+            if not live:
+                break
+            if self.adaptive and self.fallback and pi >= FALLBACK_ROUNDS:
+                break
+            if (
+                self.gpu_minutes is not None
+                and self.adaptive
+                and not self._fits(done(), self.gpu_minutes, 2 * len(live))
+            ):
+                for name in live:
+                    self.rows[name]["stopped"] = "budget"
+                live = []
+                break
+            for k in range(2):  # the round's two sides, in its order (base, head or back)
+                block = [self.plan[pairs[n][pi][k]] for n in live]
+                yield block  # still pending: an interruption skips what it did not run
+                handed = {id(p) for p in block}
+                self._left = [p for p in self._left if id(p) not in handed]
+            for name in list(live):
+                if self._look(done(), name, pi, len(pairs[name]), rows[name]):
+                    live.remove(name)
+                    self._left = [p for p in self._left if row_name(p.mode, p.concurrency) != name]
+        for name in live:
+            self.rows[name]["stopped"] = self.rows[name]["stopped"] or "max-rounds"
+        self._left = []
+        self.cursor = len(self.plan)
+
+    def pending(self) -> list[Planned]:
+        """The runs the walk may still hand out (and those handed out last, which may be
+        recorded already): what an interruption skips."""
+        if self._left is not None:
+            return list(self._left)
+        return self.plan[self.cursor :]
+
+    def _design(self, rows: int) -> seqstats.Design:
+        return seqstats.Design(
+            max_rounds=self.max_rounds,
+            threshold_pct=self.threshold_pct,
+            alpha=self.alpha,
+            rows=rows,
+        )
+
+    def _look(
+        self, runs: list[dict[str, Any]], name: str, pi: int, planned: int, row: seqstats.Row
+    ) -> bool:
+        """After pair `pi` of row `name`: look at what it measured; whether the row is
+        done (decided)."""
+        state = self.rows[name]
+        if not self.adaptive or self.fallback:
+            state["rounds"] = pi + 1
+            return False
+        values = self._values(runs, name)
+        if values is None:
+            self.fallback = True
+            state["rounds"] = pi + 1
+            self.warn(
+                "--rounds auto: the client's speed file has no summary.throughput_qps, "
+                f"so the rounds are fixed ({min(FALLBACK_ROUNDS, planned)} a side)"
+            )
+            return False
+        measured = (len(values[0]), len(values[1]))
+        state["rounds"] = min(measured)  # rounds a side that were measured
+        if measured == state.get("measured"):
+            return False  # the pair failed or was skipped: nothing new to look at
+        state["measured"] = measured
+        if min(measured) < 2:
+            return False
+        pb, ph, second = self._pairs(runs, name) if self.paired else ([], [], [])
+        if self.paired and self.rounds and not seqstats.rounds_paired(second):
+            look = seqstats.decide(row, values[0], values[1])  # too few rounds yet
+        elif self.paired:
+            if len(pb) < 2:
+                return False
+            look = seqstats.decide_paired(row, pb, ph, second)
+        else:
+            look = seqstats.decide(row, values[0], values[1])
+        rec = {"row": name, "round": pi + 1, **look.record()}
+        rec["gpu_minutes"] = held_minutes(runs)["total"]
+        self.looks.append(rec)
+        state["last"] = look
+        if look.verdict == seqstats.CONTINUE:
+            return False
+        state["verdict"] = look.verdict
+        state["stopped"] = "decided"
+        return True
+
+    def _fits(self, runs: list[dict[str, Any]], allowance: float, n: int = 2) -> bool:
+        """Whether `n` more runs (a pair) fit in the allowance (from the mean GPU minutes
+        of the runs so far)."""
         spent = held_minutes(runs)["total"]
         measured = [r for r in runs if isinstance(r.get("run_s"), int | float)]
         per_run = held_minutes(measured)["total"] / len(measured) if measured else 0.0
-        return spent + 2 * per_run <= allowance + 1e-9
+        return spent + n * per_run <= allowance + 1e-9
 
     def _values(
         self, runs: list[dict[str, Any]], name: str

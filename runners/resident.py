@@ -1,6 +1,6 @@
 """`--design alternate`: base and head resident on one GPU, taking turns in short bursts.
 
-Sequential rounds start a server per run, and on the reference task about nine tenths of
+Sequential rounds start a server every round, and on the reference task about nine tenths of
 a run's GPU time is that start-up; they also put minutes between a base run and its head
 run, in which a shared VM's CPU speed moves (runners/README.md, "Noise on the H200").
 Here each side's server is started once and kept resident; it is warmed up once for each
@@ -55,7 +55,8 @@ SUMMARY = {
         "two servers not in the pair frozen"
     ),
     "sequential": (
-        "one server start per run; rounds of base and head interleaved base, head, head, base, …"
+        "a server start a side and round (a run, where the server's command changes with the "
+        "row); rounds of base and head interleaved base, head, head, base, …"
     ),
 }
 ASSUMES = {

@@ -191,7 +191,7 @@ class Benchmark:
     scripts: tuple[str, ...] = ("benchmarks",)
     # How base and head are measured when the runner is not told (`--design auto`):
     # `alternate` (both servers resident on one GPU, runners/resident.py) for a task whose
-    # server fits twice; `sequential` (a server start per run) otherwise.
+    # server fits twice; `sequential` (a server start a side and round) otherwise.
     design: str = "sequential"
 
 

@@ -620,7 +620,7 @@ class Verifier:
 
     def _skip_rest(self, reason: str) -> None:
         done = {r["id"] for r in self.bundle.runs}
-        for p in self.plan[self.rounds.cursor :]:
+        for p in self.rounds.pending():
             if p.id not in done:
                 self.bundle.add(self._skipped(p, reason))
 

@@ -157,10 +157,10 @@ def test_no_design_reads_as_sequential_unpaired() -> None:
         False,
         "round",
     )
-    assert d.summary.startswith("one server start per run")
+    assert d.summary.startswith("servers started anew every round")
     assert "base, head, head, base" in d.summary
     comment = render_comment(ev, None)
-    assert "- **H200**: sequential rounds: one server start per run" in comment
+    assert "- **H200**: sequential rounds: servers started anew every round" in comment
     assert "analysed unpaired (Welch's test on the rounds)" in comment
     assert "compared as" not in comment
     # named: the runner's default is the task's own design, which may be another
