@@ -385,6 +385,11 @@ def reverify_queued(user: str, v: Verification) -> str:
     return _say("reverify_queued", user, v)
 
 
+def not_started(user: str, v: Verification, why: Reason) -> str:
+    """A request queued and ended before dispatch: its estimate passes a budget."""
+    return _say("not_started", user, v, why)
+
+
 def reverify_joined(user: str, v: Verification, told: bool) -> str:
     """A request for the measurement already under way: it joined `v` (told: whoever
     asked is told when it ends)."""
@@ -403,9 +408,7 @@ def nothing_to_repeat(user: str) -> str:
     return _say("nothing_to_repeat", user)
 
 
-def status_reply(
-    v: Verification, user: str, queued_s: float, so_far: bool, expected: float | None
-) -> str:
+def status_reply(v: Verification, user: str, queued_s: float, so_far: bool) -> str:
     """`/rsi status`: `queued_s` seconds queued (`so_far`: still queued)."""
     why = Markup(end_reason(v) if State(v.state).final and v.state != State.PUBLISHED.value else "")
     claim = CLAIM_WORDS.get(v.claim_status or "none", "")
@@ -418,7 +421,6 @@ def status_reply(
         claim,
         queued_s,
         so_far,
-        expected,
         jobs(v),
         gpu_time(v),
     )

@@ -156,6 +156,9 @@ class Verification(Base):
     verdict: Mapped[str | None] = mapped_column(String(20))
     claim_status: Mapped[str | None] = mapped_column(String(20))
     headline: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # The GPU minutes it was expected to spend when created (bot/estimate.py; None: no
+    # recorded run of its task to estimate from).
+    estimate: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     check_run_id: Mapped[int | None] = mapped_column(BigInteger)
     installation_id: Mapped[int | None] = mapped_column(BigInteger)
     lease_until: Mapped[dt.datetime | None]

@@ -152,9 +152,12 @@ def minutes_today(s: Session, repo: str, now: dt.datetime) -> float:
     )
 
 
-def verify_minutes(s: Session, repo: str, number: int, now: dt.datetime) -> tuple[float, float]:
+def verify_minutes(
+    s: Session, repo: str, number: int, now: dt.datetime, but: str | None = None
+) -> tuple[float, float]:
     """GPU minutes `/rsi verify` spent or holds on PRs rsi-bot did not open (`spent`):
-    on PR `number`, and on all of `repo`'s in the last day."""
+    on PR `number`, and on all of `repo`'s in the last day; `but`: a verification not
+    counted (the one being weighed)."""
     since = now - dt.timedelta(days=1)
     adopted = select(Verification).join(
         PullRequest,
@@ -164,6 +167,8 @@ def verify_minutes(s: Session, repo: str, number: int, now: dt.datetime) -> tupl
         Verification.repo == repo,
         PullRequest.opened_by_app.is_(False),
     ).order_by(Verification.created_at)
+    if but is not None:
+        adopted = adopted.where(Verification.id != but)
     on_pr = spent(s.scalars(adopted.where(Verification.pr_number == number)))
     today = spent(s.scalars(adopted.where(Verification.created_at >= since)))
     return on_pr, today

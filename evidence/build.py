@@ -17,6 +17,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from evidence.audit import audit, host_cpu
 from evidence.caveats import write_caveats
 from evidence.control import control_result, control_rows, demote
+from evidence.cost import cost_of
 from evidence.design import design_result
 from evidence.errors import InputError, NotOneVerification
 from evidence.limits import DEFAULT, Limits
@@ -127,6 +128,7 @@ def build(inputs: Inputs) -> tuple[Evidence, list[Source]]:
             host_cpu=host_cpu(src, policy),
             control=control_result(src, controls),
             measured=measured_by_runner(src),
+            cost=cost_of(src),
         )
     m = sources[0].manifest
     ev = Evidence(

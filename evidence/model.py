@@ -644,6 +644,20 @@ class Measured(BaseModel):
     warmup_requests: int | None = None  # before each measured run
 
 
+class Cost(BaseModel):
+    """What one GPU kind's measurement cost, for later estimates (evidence/cost.py)."""
+
+    design: str  # the design that measured (sequential, alternate, crossover, …)
+    starts: int = Field(ge=0)  # server starts, both sides (the null control's included)
+    startup_s: float | None = Field(default=None, ge=0)  # mean seconds a start took
+    rows: int = Field(ge=0)  # mode × concurrency rows planned
+    modes: int = Field(ge=0)  # modes planned
+    rounds: int = Field(ge=0)  # rounds (pairs) a side that ran, the most of any row
+    runs: int = Field(ge=0)  # runs or bursts that ran, both sides
+    gpu_minutes: float | None = Field(default=None, ge=0)  # both sides, start-ups included
+    run_s: float | None = Field(default=None, ge=0)  # GPU seconds a run, start-ups aside
+
+
 class GpuResult(BaseModel):
     verdict: Overall
     reason: str
@@ -667,6 +681,8 @@ class GpuResult(BaseModel):
     control: ControlResult | None = None
     # The benchmark, dataset, requests and rounds (None: evidence from before this).
     measured: Measured | None = None
+    # What the measurement cost, for later estimates (None: evidence from before this).
+    cost: Cost | None = None
 
 
 class ClaimRowResult(BaseModel):

@@ -43,6 +43,7 @@ class SynthSpec:
     head_sha: str = HEAD_SHA
     with_wer: bool = True
     with_text: bool = True
+    gpu_minutes: bool = False  # the runner's `gpu_minutes`, and `startup_s`/`run_s` per run
     environment: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
@@ -192,6 +193,7 @@ def write_bundle(out: Path, spec: SynthSpec) -> Path:
         "head": default_environment(spec.gpu),
     }
     runs: list[dict[str, Any]] = []
+    minutes = {"base": 0.0, "head": 0.0}
     clock = 1_795_000_000.0
     for mode in spec.modes:
         streaming = mode == "streaming"
@@ -263,8 +265,9 @@ def write_bundle(out: Path, spec: SynthSpec) -> Path:
                         )
                     )
                     files["wer"] = f"runs/{rid}/wer_results.json"
+                startup = round(40 + rng.normal(0, 1), 2)
                 server = {
-                    "startup_s": round(40 + rng.normal(0, 1), 2),
+                    "startup_s": startup,
                     "peak_vram_mib": int(61000 + rng.normal(0, 50)),
                     "gpu_samples": [
                         {
@@ -281,8 +284,11 @@ def write_bundle(out: Path, spec: SynthSpec) -> Path:
                     "host_cpu_ms": 8.0,
                 }
                 (d / "server.json").write_bytes(orjson.dumps(server))
+                held = {"startup_s": startup, "run_s": startup + wall}
+                minutes[side] += held["run_s"] / 60.0
                 runs.append(
                     {
+                        **(held if spec.gpu_minutes else {}),
                         "id": rid,
                         "side": side,
                         "round": rnd,
@@ -325,6 +331,9 @@ def write_bundle(out: Path, spec: SynthSpec) -> Path:
         "runs": runs,
         "complete": True,
     }
+    if spec.gpu_minutes:
+        minutes["total"] = minutes["base"] + minutes["head"]
+        manifest["gpu_minutes"] = {k: round(v, 4) for k, v in minutes.items()}
     (out / "manifest.json").write_bytes(orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
     return out
 

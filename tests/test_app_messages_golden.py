@@ -22,6 +22,7 @@ from markdown_it import MarkdownIt
 from bot import messages, triggers
 from bot.approvals import Outsider
 from bot.commands import Mistake
+from bot.estimate import Estimate, GpuEstimate
 from bot.github.api import fit
 from bot.inquiries import AlertView, StepView
 from bot.models import Inquiry, RunnerJob, Verification
@@ -81,6 +82,21 @@ PARAMS["attempts"] = WORDS
 
 def reason(code: str) -> Reason:
     return Reason(code, dict(PARAMS))
+
+
+def estimated(
+    v: Verification, low: float, typical: float, high: float, capped: bool = False
+) -> Verification:
+    """`v` with an estimate of its GPU minutes, split over its GPU kinds; the basis is the
+    hostile words (a task name reaches it)."""
+    n = len(v.gpus)
+    v.estimate = Estimate(
+        {
+            g: GpuEstimate(low / n, typical / n, high / n, f"3 earlier runs on {WORDS}", capped)
+            for g in v.gpus
+        }
+    ).to_json()
+    return v
 
 
 def hostile_verification(state: str, vid: str = "v-golden01") -> Verification:
@@ -221,11 +237,12 @@ def replies() -> str:
         messages.verify_held(WORDS, v),
         messages.verify_budget(WORDS, "pr", WORDS, WORDS),
         messages.verify_budget(WORDS, "day", WORDS, WORDS),
-        messages.status_reply(failed, WORDS, 45.0, True, None),
-        messages.status_reply(failed, WORDS, 720.0, False, 0.4),
-        messages.status_reply(failed, WORDS, 9000.0, False, 2.35),
-        messages.status_reply(v, WORDS, 60.0, False, 12.5),
-        messages.status_reply(hostile_verification("published"), WORDS, 30.0, False, None),
+        messages.status_reply(failed, WORDS, 45.0, True),
+        messages.status_reply(estimated(failed, 0.2, 0.4, 0.5), WORDS, 720.0, False),
+        messages.status_reply(estimated(failed, 2.0, 2.35, 2.4), WORDS, 9000.0, False),
+        messages.status_reply(estimated(v, 4.0, 12.5, 40.0, capped=True), WORDS, 60.0, False),
+        messages.status_reply(hostile_verification("published"), WORDS, 30.0, False),
+        messages.reverify_queued(WORDS, estimated(hostile_verification("queued"), 3, 5, 9)),
         messages.nothing_verified(WORDS),
         messages.nothing_running(WORDS),
         messages.cancelled(WORDS, [WORDS, "v-golden01"]),

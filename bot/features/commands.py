@@ -19,15 +19,13 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from statistics import median
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from bot import approvals, inquiries, messages, pull_lease, pull_writes, triggers, watch
 from bot.commands import ANSWERS, Command
 from bot.github.api import Pull
-from bot.models import RunnerJob, Verification, utcnow
+from bot.models import utcnow
 from bot.repo_config import Budget, Plan, RepoConfig
 from bot.verification import machine as M
 from bot.verification import reasons as R
@@ -237,7 +235,18 @@ def _verify_pull(
     v, joined = got
     if joined:
         return messages.reverify_joined(c.user, v, True)
+    refused = _not_started(p, v.id, config)
+    if refused is not None:
+        return messages.not_started(c.user, v, refused)
     return messages.reverify_queued(c.user, v) if approved else messages.verify_held(c.user, v)
+
+
+def _not_started(p: StepPorts, vid: str, config: RepoConfig) -> Reason | None:
+    """Why the verification just queued will not start (its estimate passes a budget;
+    the start step ends it with this reason)."""
+    with p.db.session() as s:
+        v = store.get(s, vid)
+        return None if v is None else steps.over_budget(s, v, config.budget)
 
 
 def _over_budget(p: StepPorts, c: Comment, budget: Budget) -> tuple[str, str, str] | None:
@@ -331,6 +340,9 @@ def _reverify(
     if v.id in under_way:
         # The same measurement was under way: the request joined it.
         return messages.reverify_joined(user, v, user in (v.requested_by or "").split())
+    refused = _not_started(p, v.id, config)
+    if refused is not None:
+        return messages.not_started(user, v, refused)
     return messages.reverify_queued(user, v)
 
 
@@ -344,8 +356,7 @@ def _status(
         _ = list(v.jobs)
         end = store.aware(v.dispatched_at) if v.dispatched_at else utcnow()
         queued = (end - store.aware(v.created_at)).total_seconds()
-        expected = _expected_gpu_minutes(s, v.task)
-        return messages.status_reply(v, c.user, queued, v.dispatched_at is None, expected)
+        return messages.status_reply(v, c.user, queued, v.dispatched_at is None)
 
 
 def _cancel(
@@ -354,15 +365,3 @@ def _cancel(
     event = M.Cancel(Reason(R.CANCELLED_BY, {"user": c.user}))
     ids = steps.cancel_active(p, c.repo, c.number, event)
     return messages.cancelled(c.user, ids) if ids else messages.nothing_running(c.user)
-
-
-def _expected_gpu_minutes(s: Session, task: str) -> float | None:
-    rows = s.execute(
-        select(RunnerJob.dispatched_at, RunnerJob.completed_at)
-        .join(Verification)
-        .where(Verification.task == task, RunnerJob.state == M.JobState.KEPT.value)
-        .order_by(RunnerJob.completed_at.desc())
-        .limit(20)
-    ).all()
-    spans = [(store.aware(b) - store.aware(a)).total_seconds() / 60 for a, b in rows if a and b]
-    return median(spans) if spans else None

@@ -501,6 +501,8 @@ def build_evidence(svc: EffectPorts, vid: str, e: M.BuildEvidence) -> M.Event | 
                 if r.gpu_minutes
                 else None,
                 "stopped": r.adaptive.stopped if r.adaptive else None,
+                # What it cost, for the estimates of later verifications (bot/estimate.py).
+                "cost": r.cost.model_dump() if r.cost else None,
             }
             for g, r in ev.gpus.items()
         }

@@ -443,8 +443,10 @@ def step(v: Verification, event: Event) -> tuple[Verification, tuple[Effect, ...
             return _end(v, State.FAILED, event.reason, conclusion="failure")
         case Cancel():
             # Whoever cancels is answered by the command; anyone else who asked is told.
+            # A request ended before dispatch for its estimate was answered when asked.
             by = event.reason.params.get("user")
-            return _end(v, State.CANCELLED, event.reason, but=by)
+            asked = event.reason.code == R.OVER_BUDGET
+            return _end(v, State.CANCELLED, event.reason, but=by, notify=not asked)
         case Supersede():
             reason = Reason(R.SUPERSEDED_BY, {"id": event.by, "sha": event.sha})
             return _end(v, State.SUPERSEDED, reason, comment=False, notify=False)

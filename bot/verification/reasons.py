@@ -28,6 +28,8 @@ AWAITING_APPROVAL = "awaiting-approval"  # {sha, pusher}: why it waits (no end)
 APPROVAL_STALE = "approval-stale"  # {sha, head}: a press of Approve and verify on an old head
 WATCH_BUDGET = "watch-budget"  # {spent, budget}: a push to main the day's GPU minutes did not cover
 WATCH_BEHIND = "watch-behind"  # {tip}: a push to main already followed by another (`tip`)
+# {which, low, budget, spent}: its estimated GPU minutes (at least `low`) do not fit a budget
+OVER_BUDGET = "over-budget"
 
 CODES = frozenset(
     {
@@ -48,6 +50,7 @@ CODES = frozenset(
         APPROVAL_STALE,
         WATCH_BUDGET,
         WATCH_BEHIND,
+        OVER_BUDGET,
     }
 )
 

@@ -18,9 +18,9 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from bot import approvals, inquiries, observability, triggers, watch
+from bot import approvals, estimate, inquiries, observability, triggers, watch
 from bot.models import Effect, PullRequest, Verification, utcnow
-from bot.repo_config import Plan, RepoConfig
+from bot.repo_config import Budget, Plan, RepoConfig
 from bot.verification import fresh, store
 from bot.verification import machine as M
 from bot.verification import reasons as R
@@ -48,10 +48,58 @@ def start(svc: StepPorts, vid: str) -> None:
             return
         repo = v.repo
         busy = store.running_count(s, repo, vid)
+        over = over_budget(s, v, svc.repo_config(repo).config.budget)
+    if over is not None:
+        log.info("%s of %s not started: %s", vid, repo, over.params)
+        apply(svc, vid, M.Cancel(over))
+        return
     limit = svc.repo_config(repo).config.budget.max_running
     if busy >= limit:
         log.info("%s of %s waits: %d verifications running", vid, repo, busy)
     apply(svc, vid, M.Start(busy=busy, max_running=limit))
+
+
+def over_budget(s: Session, v: Verification, budget: Budget) -> Reason | None:
+    """Why `v` may not start: the least its estimate says it spends does not fit a budget
+    (fixed rounds have no stop of their own; `/rsi verify` on a PR rsi-bot did not open
+    has its own minutes). Without an estimate nothing is refused here: the rounds until
+    decided stop at the budget, and the command budgets were checked when it was asked."""
+    est = estimate.Estimate.from_json(v.estimate)
+    if est is None:
+        return None
+    if not v.adaptive and budget.gpu_minutes is not None:
+        worst = max(g.low for g in est.gpus.values())
+        if worst > budget.gpu_minutes:
+            return Reason(
+                R.OVER_BUDGET,
+                {
+                    "which": "verification",
+                    "low": f"{worst:.0f}",
+                    "budget": f"{budget.gpu_minutes:g}",
+                },
+            )
+    kind = (triggers.parse(v.trigger) or ("", ""))[0]
+    if kind not in ("verify", "reverify") or v.pr_number is None:
+        return None
+    pr = store.pull_request(s, v.repo, v.pr_number)
+    if pr is None or pr.opened_by_app:
+        return None
+    on_pr, today = watch.verify_minutes(s, v.repo, v.pr_number, utcnow(), but=v.id)
+    for which, spent, most in (
+        ("pr", on_pr, budget.pr_gpu_minutes),
+        ("day", today, budget.day_gpu_minutes),
+    ):
+        if spent + est.low > most:
+            return Reason(
+                R.OVER_BUDGET,
+                {
+                    "which": which,
+                    "low": f"{est.low:.0f}",
+                    "spent": f"{spent:.0f}",
+                    "budget": f"{most:g}",
+                },
+            )
+    return None
 
 
 def drain(svc: StepPorts, vid: str) -> None:

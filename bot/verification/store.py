@@ -22,7 +22,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from bot import leases
+from bot import estimate, leases
 from bot.db import Database
 from bot.models import (
     ACTIVE_STATES,
@@ -102,6 +102,8 @@ def create(s: Session, new: NewVerification) -> Verification:
         state=M.State.QUEUED.value,
         version=0,
     )
+    est = estimate.for_verification(s, v)
+    v.estimate = est.to_json() if est is not None else None
     s.add(v)
     s.flush()
     for gpu in gpus:

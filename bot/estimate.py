@@ -1,0 +1,224 @@
+"""A verification's GPU minutes, estimated before it runs.
+
+From what this repository's runners recorded for the task (the evidence's `cost` per GPU
+kind, kept in each published verification's headline): the seconds a server start took,
+the GPU seconds a run or burst took besides, how many starts the design made, and how
+many rounds runs until decided took. The plan says the rest: rows (modes × the task's
+concurrencies), rounds (fixed, or at most `rounds` when adaptive) and the budget cap.
+
+    minutes(n) = (starts(n) × start-up + 2 × n × rows × run) / 60
+
+`starts(n)` is what the design makes: a resident design's few starts (2, 3 with the null
+control, 4 on two GPUs) whatever n; sequential rounds 2 × n, times the rows when the
+server's command changes with the row (as recorded). With fixed rounds the range is the
+spread of the recorded unit costs; with rounds until decided it runs from the first look
+(2 rounds a side) to the cap (`rounds`, and the budget's minutes), and `typical` is at the
+median rounds earlier verifications took. No estimate without a recorded run of the task:
+the first verification records one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from statistics import median
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from bot.models import Verification
+
+HISTORY = 10  # the most recent published verifications of the task read
+FIRST_LOOK = 2  # rounds a side before rounds until decided can stop
+
+
+@dataclass(frozen=True)
+class Unit:
+    """Recorded unit costs of one task on one GPU kind (medians over `samples`)."""
+
+    design: str
+    startup_s: float
+    run_s: float
+    run_s_range: tuple[float, float]
+    startup_s_range: tuple[float, float]
+    starts_fixed: float  # resident designs: starts a verification
+    starts_per_round: float  # sequential: starts a side and round
+    rows_per_mode: float
+    rounds: float  # median rounds a side a row ran (adaptive ones: until decided)
+    samples: int
+    gpu: str  # the GPU kind the figures were recorded on
+
+
+@dataclass(frozen=True)
+class GpuEstimate:
+    low: float
+    typical: float
+    high: float
+    basis: str  # the GPU kind whose records it used, and how many
+    capped: bool = False  # `high` is the budget's cap
+
+
+@dataclass(frozen=True)
+class Estimate:
+    gpus: dict[str, GpuEstimate]
+
+    @property
+    def low(self) -> float:
+        return sum(g.low for g in self.gpus.values())
+
+    @property
+    def typical(self) -> float:
+        return sum(g.typical for g in self.gpus.values())
+
+    @property
+    def high(self) -> float:
+        return sum(g.high for g in self.gpus.values())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "gpus": {g: asdict(e) for g, e in self.gpus.items()},
+            "low": round(self.low, 3),
+            "typical": round(self.typical, 3),
+            "high": round(self.high, 3),
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any] | None) -> Estimate | None:
+        if not isinstance(doc, dict) or not isinstance(doc.get("gpus"), dict):
+            return None
+        try:
+            return cls({g: GpuEstimate(**e) for g, e in doc["gpus"].items()})
+        except TypeError:
+            return None
+
+
+def units(s: Session, repo: str, task: str) -> dict[str, Unit]:
+    """Per GPU kind, the unit costs this repository's runners recorded for `task`."""
+    rows = s.scalars(
+        select(Verification)
+        .where(
+            Verification.repo == repo,
+            Verification.task == task,
+            Verification.published_at.is_not(None),
+        )
+        .order_by(Verification.published_at.desc())
+        .limit(HISTORY)
+    )
+    costs: dict[str, list[dict[str, Any]]] = {}
+    for v in rows:
+        for gpu, h in (v.headline or {}).items():
+            c = (h or {}).get("cost") if isinstance(h, dict) else None
+            if isinstance(c, dict) and _usable(c):
+                costs.setdefault(str(gpu), []).append(c)
+    return {gpu: _unit(gpu, cs) for gpu, cs in costs.items()}
+
+
+def _usable(c: Any) -> bool:
+    if not isinstance(c, dict):
+        return False
+    nums = (c.get("startup_s"), c.get("run_s"), c.get("rounds"), c.get("rows"), c.get("modes"))
+    return all(isinstance(x, int | float) and not isinstance(x, bool) for x in nums) and (
+        c["rounds"] > 0 and c["rows"] > 0 and c["modes"] > 0
+    )
+
+
+def _unit(gpu: str, cs: list[dict[str, Any]]) -> Unit:
+    latest = cs[0]
+    same = [c for c in cs if c.get("design") == latest.get("design")]
+    startup = [float(c["startup_s"]) for c in same]
+    run = [float(c["run_s"]) for c in same]
+    starts = [float(c.get("starts") or 0) for c in same]
+    per_round = [
+        float(c.get("starts") or 0) / (2.0 * float(c["rounds"])) for c in same if c["rounds"]
+    ]
+    return Unit(
+        design=str(latest.get("design") or "sequential"),
+        startup_s=median(startup),
+        run_s=median(run),
+        run_s_range=(min(run), max(run)),
+        startup_s_range=(min(startup), max(startup)),
+        starts_fixed=median(starts),
+        starts_per_round=max(1.0, median(per_round)) if per_round else 1.0,
+        rows_per_mode=float(latest["rows"]) / float(latest["modes"]),
+        # rounds a side on average over the rows (rows decided early ran fewer)
+        rounds=median(float(c.get("runs") or 0) / (2.0 * float(c["rows"])) for c in same),
+        samples=len(same),
+        gpu=gpu,
+    )
+
+
+def minutes(u: Unit, rounds: float, modes: int, startup_s: float, run_s: float) -> float:
+    rows = u.rows_per_mode * modes
+    starts = 2.0 * rounds * u.starts_per_round if u.design == "sequential" else u.starts_fixed
+    return (starts * startup_s + 2.0 * rounds * rows * run_s) / 60.0
+
+
+def estimate(
+    recorded: dict[str, Unit],
+    gpus: Sequence[str],
+    *,
+    rounds: int,
+    modes: int,
+    adaptive: bool,
+    cap: float | None,
+) -> Estimate | None:
+    """The plan's GPU minutes per GPU kind, or None when no GPU kind of it (nor any other
+    of the task) has a recorded run. A GPU kind without records of its own uses another
+    kind's, and says so in `basis`."""
+    if not recorded:
+        return None
+    out: dict[str, GpuEstimate] = {}
+    for gpu in gpus:
+        u = recorded.get(gpu) or next(iter(recorded.values()))
+        lo_s, hi_s = u.startup_s_range
+        lo_r, hi_r = u.run_s_range
+        if adaptive:
+            first = min(FIRST_LOOK, rounds)
+            low = minutes(u, first, modes, lo_s, lo_r)
+            typical = minutes(u, min(max(u.rounds, first), rounds), modes, u.startup_s, u.run_s)
+            high = minutes(u, rounds, modes, hi_s, hi_r)
+        else:
+            low = minutes(u, rounds, modes, lo_s, lo_r)
+            typical = minutes(u, rounds, modes, u.startup_s, u.run_s)
+            high = minutes(u, rounds, modes, hi_s, hi_r)
+        capped = adaptive and cap is not None and high > cap
+        if adaptive and cap is not None:
+            low, typical, high = min(low, cap), min(typical, cap), min(high, cap)
+        runs = "run" if u.samples == 1 else "runs"
+        basis = f"{u.samples} earlier {runs} on {u.gpu}"
+        if u.gpu != gpu:
+            basis = f"none on {gpu} yet, so {u.gpu}'s {u.samples} earlier {runs}"
+        out[gpu] = GpuEstimate(
+            round(low, 2), round(typical, 2), round(high, 2), basis, capped=capped
+        )
+    return Estimate(out)
+
+
+def for_verification(s: Session, v: Verification) -> Estimate | None:
+    """The estimate of `v`'s plan from its repository's records of its task."""
+    return estimate(
+        units(s, v.repo, v.task),
+        list(v.gpus or []),
+        rounds=v.rounds,
+        modes=len(v.modes or []) or 1,
+        adaptive=bool(v.adaptive),
+        cap=v.gpu_budget_minutes,
+    )
+
+
+def error_pct(v: Verification) -> float | None:
+    """How far the estimate's `typical` was from what the verification recorded, in % of
+    the recorded minutes (None: no estimate, or nothing recorded)."""
+    est = Estimate.from_json(v.estimate)
+    if est is None:
+        return None
+    actual = 0.0
+    for gpu in est.gpus:
+        m = ((v.headline or {}).get(gpu) or {}).get("gpu_minutes") or {}
+        if not isinstance(m.get("total"), int | float):
+            return None
+        actual += float(m["total"])
+    if actual <= 0:
+        return None
+    return 100.0 * (est.typical - actual) / actual

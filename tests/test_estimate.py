@@ -1,0 +1,182 @@
+"""GPU minutes estimated before a verification runs, and the budgets checked against them.
+
+The model (bot/estimate.py) scales what the repository's runners recorded for the task;
+through the stand-in GitHub, a request whose estimate passes a budget is answered and
+ended before anything is dispatched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bot import estimate
+from bot.estimate import Unit
+from tests import appkit
+from tests.standin import GitHubStandIn
+from tests.test_life_words import WRITER, comments_posted, mentions, say
+from tests.worlds import World, world
+
+
+def unit(design: str = "alternate", **kw: float) -> Unit:
+    base = {
+        "startup_s": 60.0,
+        "run_s": 30.0,
+        "starts_fixed": 2.0,
+        "starts_per_round": 1.0,
+        "rows_per_mode": 1.0,
+        "rounds": 4.0,
+    }
+    base.update(kw)
+    return Unit(
+        design=design,
+        startup_s=base["startup_s"],
+        run_s=base["run_s"],
+        run_s_range=(base["run_s"] * 0.8, base["run_s"] * 1.2),
+        startup_s_range=(base["startup_s"] * 0.9, base["startup_s"] * 1.1),
+        starts_fixed=base["starts_fixed"],
+        starts_per_round=base["starts_per_round"],
+        rows_per_mode=base["rows_per_mode"],
+        rounds=base["rounds"],
+        samples=3,
+        gpu="H100",
+    )
+
+
+def test_resident_designs_pay_their_starts_once_sequential_ones_every_round() -> None:
+    # 2 modes, 1 row each, 5 rounds a side: 20 runs of 30 s; starts of 60 s each
+    alt = estimate.minutes(unit("alternate"), 5, 2, 60.0, 30.0)
+    seq = estimate.minutes(unit("sequential"), 5, 2, 60.0, 30.0)
+    per_row = estimate.minutes(unit("sequential", starts_per_round=2.0), 5, 2, 60.0, 30.0)
+    assert alt == pytest.approx((2 * 60 + 20 * 30) / 60)  # 12 min
+    assert seq == pytest.approx((10 * 60 + 20 * 30) / 60)  # 20 min: a start a side and round
+    assert per_row == pytest.approx((20 * 60 + 20 * 30) / 60)  # 30 min: a start a run
+
+
+def test_fixed_rounds_range_over_the_recorded_spread_adaptive_ones_up_to_the_cap() -> None:
+    rec = {"H100": unit("alternate")}
+    fixed = estimate.estimate(rec, ["H100"], rounds=5, modes=2, adaptive=False, cap=None)
+    assert fixed is not None
+    g = fixed.gpus["H100"]
+    assert g.typical == pytest.approx(12.0)
+    assert g.low < g.typical < g.high
+    auto = estimate.estimate(rec, ["H100"], rounds=10, modes=2, adaptive=True, cap=15.0)
+    assert auto is not None
+    a = auto.gpus["H100"]
+    # from the first look (2 rounds a side) to the most rounds, at most the cap
+    assert a.low == pytest.approx((2 * 54 + 8 * 24) / 60, abs=0.01)
+    assert a.typical == pytest.approx((2 * 60 + 16 * 30) / 60, abs=0.01)  # 4 rounds, recorded
+    assert a.high == 15.0
+    assert a.capped
+    assert auto.to_json()["high"] == 15.0
+    assert estimate.Estimate.from_json(auto.to_json()) == auto
+
+
+def test_a_gpu_kind_without_records_borrows_another_s_and_says_so() -> None:
+    got = estimate.estimate(
+        {"H100": unit()}, ["H100", "H200"], rounds=5, modes=1, adaptive=False, cap=None
+    )
+    assert got is not None
+    assert got.gpus["H100"].basis == "3 earlier runs on H100"
+    assert got.gpus["H200"].basis == "none on H200 yet, so H100's 3 earlier runs"
+    assert got.typical == pytest.approx(2 * got.gpus["H100"].typical)
+    assert estimate.estimate({}, ["H100"], rounds=5, modes=1, adaptive=False, cap=None) is None
+
+
+@pytest.mark.parametrize(
+    "cost",
+    [
+        None,
+        "40",
+        {"startup_s": "40", "run_s": 1, "rounds": 2, "rows": 1, "modes": 1},
+        {"startup_s": True, "run_s": 1, "rounds": 2, "rows": 1, "modes": 1},
+        {"startup_s": 40, "run_s": None, "rounds": 2, "rows": 1, "modes": 1},
+        {"startup_s": 40, "run_s": 1, "rounds": 0, "rows": 1, "modes": 1},
+    ],
+)
+def test_a_cost_the_estimate_cannot_use_is_left_out(cost: object) -> None:
+    assert not (isinstance(cost, dict) and estimate._usable(cost))
+
+
+# --- through the App ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def w(tmp_path: Path, github: GitHubStandIn) -> Iterator[World]:
+    with world("embedded", tmp_path, github) as x:
+        yield x
+
+
+CONFIG = "gpus: [H200]\nrounds: 5\nmodes: [non-streaming, streaming]\nwatch:\n  tasks: [cosyvoice3]\n"
+
+
+def _someones_pr(w: World, config: str) -> int:
+    w.github.set_file(appkit.UPSTREAM, ".github/rsi.yml", config)
+    pull = w.github.add_pull(appkit.UPSTREAM, head="octocat:faster-decode", head_sha="e" * 40)
+    return int(pull["number"])
+
+
+def _measured_once(w: World, number: int) -> float:
+    """`/rsi verify` on the PR, finished with a bundle that records its GPU minutes; the
+    minutes it recorded."""
+    say(w, number, "/rsi verify", "c-first")
+    v = w.latest(number)
+    assert v.estimate is None  # nothing recorded yet for the task
+    w.finish(v.id, base_sha=v.base_sha, head_sha=v.head_sha, gpu_minutes=True)
+    done = w.verification(v.id)
+    assert done.state == "published", w.reason(v.id)
+    total = float((done.headline or {})["H200"]["gpu_minutes"]["total"])
+    assert 10 < total < 40  # 20 runs of ~40 s start-up and a few seconds of requests
+    return total
+
+
+def test_a_fixed_rounds_request_over_the_verification_budget_is_refused_before_dispatch(
+    w: World,
+) -> None:
+    # The first request has no estimate (nothing recorded): it runs, and records ~12 min.
+    number = _someones_pr(w, CONFIG + "budget:\n  gpu_minutes: 8\n")
+    w.github.set_permission(appkit.UPSTREAM, WRITER, "write")
+    spent = _measured_once(w, number)
+    assert spent > 8
+    dispatched = len(w.github.dispatches)
+    since = len(w.github.requests)
+    say(w, number, "/rsi verify", "c-second")
+    v = w.latest(number)
+    assert v.state == "cancelled"
+    assert (v.end_reason or {})["code"] == "over-budget"
+    assert len(w.github.dispatches) == dispatched  # nothing ran
+    [told] = [b for b in comments_posted(w, since) if mentions(b, WRITER)]  # no "done" too
+    low = (v.estimate or {})["low"]
+    assert low > 8
+    assert f"is not started: its GPU time was estimated at {low:.0f} minutes or more" in told
+    assert "over the 8 a verification with fixed rounds may spend" in told
+    assert "ask fewer rounds, or `rounds=auto`" in told
+    assert "The estimate: expected GPU time:" in told
+    # Rounds until decided stop within the budget: the same request with them runs.
+    say(w, number, "/rsi verify rounds=auto", "c-auto")
+    auto = w.latest(number)
+    assert auto.state == "dispatched"
+    assert auto.estimate is not None
+    assert auto.estimate["high"] <= 8
+    w.github.assert_clean()
+
+
+def test_rsi_verify_whose_estimate_passes_the_pr_budget_is_refused(w: World) -> None:
+    most = 25
+    number = _someones_pr(
+        w, CONFIG + f"budget:\n  pr_gpu_minutes: {most}\n  day_gpu_minutes: 10000\n"
+    )
+    w.github.set_permission(appkit.UPSTREAM, WRITER, "write")
+    spent = _measured_once(w, number)
+    since = len(w.github.requests)
+    say(w, number, "/rsi verify", "c-second")
+    v = w.latest(number)
+    low = (v.estimate or {})["low"]
+    assert spent < most < spent + low  # room left, but not for what it will likely take
+    assert (v.state, (v.end_reason or {}).get("code")) == ("cancelled", "over-budget")
+    [told] = [b for b in comments_posted(w, since) if mentions(b, WRITER)]
+    assert f"has spent {spent:.0f} of its {most} GPU minutes on this PR" in told
+    assert "ask fewer rounds or GPU kinds, or raise the budget" in told
+    w.github.assert_clean()
