@@ -109,7 +109,9 @@ def w(tmp_path: Path, github: GitHubStandIn) -> Iterator[World]:
         yield x
 
 
-CONFIG = "gpus: [H200]\nrounds: 5\nmodes: [non-streaming, streaming]\nwatch:\n  tasks: [cosyvoice3]\n"
+CONFIG = (
+    "gpus: [H200]\nrounds: 5\nmodes: [non-streaming, streaming]\nwatch:\n  tasks: [cosyvoice3]\n"
+)
 
 
 def _someones_pr(w: World, config: str) -> int:
