@@ -123,8 +123,11 @@ def _usable(c: Any) -> bool:
     )
 
 
-def _unit(gpu: str, cs: list[dict[str, Any]]) -> Unit:
-    latest = cs[0]
+def _unit(gpu: str, cs: list[dict[str, Any]], design: str | None = None) -> Unit:
+    """The unit costs of `cs` (most recent first) recorded under `design`, else under the
+    latest's design (a task's runs keep their design)."""
+    mine = [c for c in cs if design is not None and c.get("design") == design]
+    latest = (mine or cs)[0]
     same = [c for c in cs if c.get("design") == latest.get("design")]
     startup = [float(c["startup_s"]) for c in same]
     run = [float(c["run_s"]) for c in same]

@@ -32,7 +32,7 @@ def test_ledger_cell_carries_gpu_minutes_and_the_stop() -> None:
 
 
 def test_status_reply_says_gpu_time_per_kind_and_side_and_the_rounds() -> None:
-    reply = messages.status_reply(adaptive_published(), "mia", 120.0, False, None)
+    reply = messages.status_reply(adaptive_published(), "mia", 120.0, False)
     assert "rounds: rounds until decided (at most 10 a side, 90 GPU minutes per GPU kind)" in (
         reply
     )
@@ -47,6 +47,6 @@ def test_without_recorded_minutes_the_old_words_stay() -> None:
     v = published("no-change")
     [row] = messages.ledger_rows([v], v.id)
     assert "GPU min" not in messages.ledger_cell(row.cells["H200"])
-    reply = messages.status_reply(v, "mia", 120.0, False, None)
+    reply = messages.status_reply(v, "mia", 120.0, False)
     assert "rounds: 5 rounds a side" in reply
-    assert "expected GPU time: unknown" in reply
+    assert "GPU time not estimated yet: no earlier run of" in reply

@@ -231,7 +231,7 @@ def renderings(ev: Evidence) -> tuple[dict[str, str], dict[str, str]]:
         "check summary (ended)": check_f,
         "PR body section": fit_pr_body(replace_pr_section("Author's words.", section)),
         "PR body as opened": opening,
-        "status reply": messages.status_reply(failed, ASKED, 300.0, False, None),
+        "status reply": messages.status_reply(failed, ASKED, 300.0, False),
     }
     plain = {
         "check title": title_p,

@@ -274,7 +274,7 @@ def test_status_and_help(app: Flask, client: FlaskClient, github: GitHubStandIn)
     status = next(b for b in bodies if b.startswith(f"@maintainer-mia verification `{vid}`"))
     assert "**dispatched**" in status
     assert "queued for" in status
-    assert "expected GPU time" in status
+    assert "GPU time not estimated yet" in status  # nothing recorded for the task
     assert any(
         b.startswith("unknown command `frobnicate`") and "/rsi reverify" in b for b in bodies
     )

@@ -75,10 +75,10 @@ def test_ledger_and_status_reply_tell_the_two_apart() -> None:
     assert messages.ledger_cell(rows[0].cells["H200"]) == "-3.5% [-21.4%, +18.4%] inconclusive"
     assert rows[0].claim == "claim undecided"
     assert messages.ledger_rows([same], same.id)[0].claim == "claim gone"
-    reply = messages.status_reply(wide, "mia", 120.0, False, None)
+    reply = messages.status_reply(wide, "mia", 120.0, False)
     assert "**published** — inconclusive: H200 streaming c=16" in reply
     assert "claim undecided" in reply
-    reply = messages.status_reply(same, "mia", 120.0, False, None)
+    reply = messages.status_reply(same, "mia", 120.0, False)
     assert "no-change: every primary figure is within ±3.0% (equivalent)" in reply
     assert "claim gone" in reply
 

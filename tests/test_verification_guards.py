@@ -214,6 +214,8 @@ def test_a_reason_for_every_code_renders() -> None:
         "attempts": 3,
         "spent": "250",
         "budget": "240",
+        "low": "30",
+        "which": "verification",
     }
     for code in sorted(R.CODES):
         text = messages.reason(Reason(code, params))

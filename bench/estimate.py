@@ -1,0 +1,163 @@
+"""The App's GPU-minute estimate against what verifications then spent.
+
+    python bench/estimate.py BUNDLE …        # bundles (folders or zips) in the order run
+    python bench/estimate.py --dry [--isolation none]
+
+Each bundle after the first is estimated the way the App estimates a new verification
+(bot/estimate.py): from the costs the earlier bundles of its task and GPU recorded, for
+its own plan (design, modes, fixed rounds or rounds until decided with their cap). The
+estimate's `typical` is compared with the bundle's recorded `gpu_minutes.total`; the last
+line is the median absolute error and the share of bundles inside the estimate's range.
+
+`--dry` first runs a sequence of real verifications of the dry task on this machine (the
+runner, its server and client; CPU, start-ups of about 2 s): both designs, one and two
+modes, fixed rounds and rounds until decided, A/A and a head 1.3× faster, in an order
+that changes the plan at almost every step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bot import estimate  # noqa: E402
+from evidence.cost import cost_of  # noqa: E402
+from evidence.load import load  # noqa: E402
+
+# (design, modes, rounds, head speed): the dry sequence
+DRY = [
+    ("alternate", "non-streaming", "3", 1.0),
+    ("alternate", "streaming,non-streaming", "4", 1.3),
+    ("alternate", "streaming,non-streaming", "auto", 1.0),
+    ("alternate", "non-streaming", "6", 1.0),
+    ("alternate", "streaming,non-streaming", "auto", 1.3),
+    ("sequential", "streaming,non-streaming", "2", 1.0),
+    ("sequential", "non-streaming", "4", 1.3),
+    ("sequential", "streaming,non-streaming", "3", 1.0),
+    ("sequential", "streaming,non-streaming", "auto", 1.3),
+    ("sequential", "non-streaming", "auto", 1.0),
+]
+
+
+def _git(cwd: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-c", "user.name=b", "-c", "user.email=b@example.com", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+
+
+def _repo(path: Path, head_speed: float) -> tuple[str, str]:
+    path.mkdir(parents=True)
+    _git(path, "init", "-q")
+    cfg = {"startup_s": 2.0, "char_ms": 2.0}
+    (path / "rsi-dry.json").write_text(json.dumps(cfg))
+    _git(path, "add", ".")
+    _git(path, "commit", "-qm", "base")
+    (path / "rsi-dry.json").write_text(json.dumps(dict(cfg, speed=head_speed)))
+    _git(path, "commit", "-qam", "head")
+    return _git(path, "rev-parse", "HEAD~1"), _git(path, "rev-parse", "HEAD")
+
+
+def run_dry(work: Path, isolation: str) -> list[Path]:
+    os.chmod(work, 0o755)
+    out: list[Path] = []
+    for i, (design, modes, rounds, speed) in enumerate(DRY):
+        repo = work / f"repo{i}"
+        base, head = _repo(repo, speed)
+        bundle = work / f"bundle{i}"
+        cmd = [sys.executable, "-S", "-E", "-m", "runners", "verify", "--repo", str(repo)]
+        cmd += ["--base", base, "--head", head, "--task", "dry", "--gpu", "cpu"]
+        cmd += ["--design", design, "--modes", modes, "--rounds", rounds, "--max-rounds", "6"]
+        cmd += ["--requests", "24", "--out", str(bundle), "--workdir", str(work / f"w{i}")]
+        cmd += ["--verification-id", f"v-est{i}", "--repo-name", "owner/repo"]
+        cmd += ["--python", "/usr/bin/python3", "--isolation", isolation]
+        r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+        if not (bundle / "manifest.json").is_file():
+            sys.exit(f"run {i} left no bundle:\n{r.stderr[-2000:]}")
+        out.append(bundle)
+        print(f"ran {i}: {design} {modes} rounds={rounds} speed={speed}", file=sys.stderr)
+    return out
+
+
+def _manifest(path: Path) -> dict[str, Any]:
+    if path.suffix == ".zip":
+        with zipfile.ZipFile(path) as z:
+            return dict(json.loads(z.read("manifest.json")))
+    return dict(json.loads((path / "manifest.json").read_text()))
+
+
+def report(paths: list[Path]) -> list[str]:
+    history: list[tuple[str, str, dict[str, Any]]] = []  # (task, gpu, cost) oldest first
+    errors: list[float] = []
+    inside = 0
+    lines = [f"{'bundle':12} {'design':10} {'plan':28} {'actual':>7} {'estimate':>22} {'error':>7}"]
+    for path in paths:
+        m = _manifest(path)
+        src = load(path)
+        cost = cost_of(src).model_dump()
+        task, gpu = str(m.get("task")), str(m.get("gpu"))
+        b = m.get("benchmark") or {}
+        adaptive = b.get("rounds") == "auto"
+        rounds = int(b.get("max_rounds") or b.get("rounds") or 0)
+        modes = len(b.get("modes") or [1])
+        cap = (m.get("adaptive") or {}).get("gpu_minutes_budget")
+        actual = float((m.get("gpu_minutes") or {}).get("total") or 0.0)
+        plan = f"{modes} mode(s), " + (f"auto ≤{rounds}" if adaptive else f"{rounds} rounds")
+        earlier = [c for t, g, c in reversed(history) if t == task and g == gpu]
+        earlier = [c for c in earlier if estimate._usable(c)]
+        est = None
+        if earlier:
+            u = estimate._unit(gpu, earlier, design=cost["design"])
+            est = estimate.estimate(
+                {gpu: u}, [gpu], rounds=rounds, modes=modes, adaptive=adaptive, cap=cap
+            )
+        if est is None or actual <= 0:
+            said, err = "(no earlier run)", ""
+        else:
+            g = est.gpus[gpu]
+            e = 100.0 * (g.typical - actual) / actual
+            errors.append(abs(e))
+            inside += g.low <= actual <= g.high
+            said, err = f"{g.typical:6.2f} [{g.low:.2f}, {g.high:.2f}]", f"{e:+6.1f}%"
+        lines.append(
+            f"{path.name:12} {cost['design']:10} {plan:28} {actual:7.2f} {said:>22} {err:>7}"
+        )
+        history.append((task, gpu, cost))
+    if errors:
+        lines.append(
+            f"median |error| of `typical`: {statistics.median(errors):.1f}% over {len(errors)} "
+            f"estimates (largest {max(errors):.1f}%); actual inside the range: {inside} "
+            f"of {len(errors)}"
+        )
+    return lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("bundles", nargs="*", type=Path)
+    ap.add_argument("--dry", action="store_true", help="run the dry sequence first")
+    ap.add_argument("--isolation", default="cgroup", choices=("cgroup", "none"))
+    a = ap.parse_args()
+    paths = list(a.bundles)
+    with tempfile.TemporaryDirectory() as tmp:
+        if a.dry:
+            paths = run_dry(Path(tmp), a.isolation) + paths
+        print("\n".join(report(paths)))
+
+
+if __name__ == "__main__":
+    main()
