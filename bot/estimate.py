@@ -11,10 +11,11 @@ concurrencies), rounds (fixed, or at most `rounds` when adaptive) and the budget
 `starts(n)` is what the design makes: a resident design's few starts (2, 3 with the null
 control, 4 on two GPUs) whatever n; sequential rounds 2 × n, times the rows when the
 server's command changes with the row (as recorded). With fixed rounds the range is the
-spread of the recorded unit costs; with rounds until decided it runs from the first look
-(2 rounds a side) to the cap (`rounds`, and the budget's minutes), and `typical` is at the
-median rounds earlier verifications took. No estimate without a recorded run of the task:
-the first verification records one.
+spread of the recorded unit costs, at least ±25%; with rounds until decided it runs from
+the first look (2 rounds a side) to the cap (`rounds`, and the budget's minutes), and
+`typical` is at the median rounds earlier rounds until decided stopped at (halfway when
+none did). No estimate without a recorded run of the task: the first verification
+records one.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from bot.models import Verification
 
 HISTORY = 10  # the most recent published verifications of the task read
 FIRST_LOOK = 2  # rounds a side before rounds until decided can stop
+SPREAD = 1.25  # fixed rounds: the range is at least typical / SPREAD to typical × SPREAD
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,7 @@ class Unit:
     starts_fixed: float  # resident designs: starts a verification
     starts_per_round: float  # sequential: starts a side and round
     rows_per_mode: float
-    rounds: float  # median rounds a side a row ran (adaptive ones: until decided)
+    rounds: float | None  # median rounds a side until decided (None: none recorded)
     samples: int
     gpu: str  # the GPU kind the figures were recorded on
 
@@ -144,11 +146,18 @@ def _unit(gpu: str, cs: list[dict[str, Any]], design: str | None = None) -> Unit
         starts_fixed=median(starts),
         starts_per_round=max(1.0, median(per_round)) if per_round else 1.0,
         rows_per_mode=float(latest["rows"]) / float(latest["modes"]),
-        # rounds a side on average over the rows (rows decided early ran fewer)
-        rounds=median(float(c.get("runs") or 0) / (2.0 * float(c["rows"])) for c in same),
+        rounds=_rounds([c for c in same if c.get("adaptive") is True]),
         samples=len(same),
         gpu=gpu,
     )
+
+
+def _rounds(cs: list[dict[str, Any]]) -> float | None:
+    """Rounds a side that rounds until decided took, on average over a verification's
+    rows (rows decided early ran fewer); the median over `cs` (None: none)."""
+    if not cs:
+        return None
+    return median(float(c.get("runs") or 0) / (2.0 * float(c["rows"])) for c in cs)
 
 
 def minutes(u: Unit, rounds: float, modes: int, startup_s: float, run_s: float) -> float:
@@ -178,13 +187,16 @@ def estimate(
         lo_r, hi_r = u.run_s_range
         if adaptive:
             first = min(FIRST_LOOK, rounds)
+            # where rounds until decided stopped before; with no record, halfway
+            likely = u.rounds if u.rounds is not None else (first + rounds) / 2.0
             low = minutes(u, first, modes, lo_s, lo_r)
-            typical = minutes(u, min(max(u.rounds, first), rounds), modes, u.startup_s, u.run_s)
+            typical = minutes(u, min(max(likely, first), rounds), modes, u.startup_s, u.run_s)
             high = minutes(u, rounds, modes, hi_s, hi_r)
         else:
-            low = minutes(u, rounds, modes, lo_s, lo_r)
+            # the recorded spread, and at least ±SPREAD: a few records show little of it
             typical = minutes(u, rounds, modes, u.startup_s, u.run_s)
-            high = minutes(u, rounds, modes, hi_s, hi_r)
+            low = min(minutes(u, rounds, modes, lo_s, lo_r), typical / SPREAD)
+            high = max(minutes(u, rounds, modes, hi_s, hi_r), typical * SPREAD)
         capped = adaptive and cap is not None and high > cap
         if adaptive and cap is not None:
             low, typical, high = min(low, cap), min(typical, cap), min(high, cap)

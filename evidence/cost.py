@@ -45,6 +45,7 @@ def cost_of(src: Source) -> Cost:
         runs=len(ran),
         gpu_minutes=total,
         run_s=None if run_s is None else round(run_s, 3),
+        adaptive=m.adaptive is not None,
     )
 
 

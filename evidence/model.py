@@ -656,6 +656,7 @@ class Cost(BaseModel):
     runs: int = Field(ge=0)  # runs or bursts that ran, both sides
     gpu_minutes: float | None = Field(default=None, ge=0)  # both sides, start-ups included
     run_s: float | None = Field(default=None, ge=0)  # GPU seconds a run, start-ups aside
+    adaptive: bool = False  # rounds until decided (`rounds` is then where they stopped)
 
 
 class GpuResult(BaseModel):
