@@ -566,13 +566,19 @@ def _unsteady_warmup(src: Source) -> list[Finding]:
             shown = " → ".join(f"{r:.3g}" for r in rates)
             pct = warm.get("steady_pct")
             within = f"{pct:g}%" if _finite(pct) else "the task's margin"
+            ext = warm.get("extended")
+            more = (
+                f", even with {ext} pass(es) past the task's `warmup_max_passes`"
+                if isinstance(ext, int) and not isinstance(ext, bool) and 0 < ext < 10_000
+                else ""
+            )
             out.append(
                 _f(
                     "warm-up-unsteady",
                     "warning",
                     f"{side} warm-up at {_cfg(mode, conc)} did not settle in "
                     f"{len(cold)} run(s): two passes in a row never agreed within "
-                    f"{within} (e.g. {rid}: {shown} requests/s), so those "
+                    f"{within}{more} (e.g. {rid}: {shown} requests/s), so those "
                     "rounds may include a server still warming up.",
                     src,
                     [r for r, _ in cold],

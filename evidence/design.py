@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from evidence import inert
-from evidence.model import DesignResult, DesignServerResult, Manifest
+from evidence.model import BurstSizing, DesignResult, DesignServerResult, Manifest
 
 LISTED = 16  # assumptions, server starts per side and rows per start kept from a manifest
 
@@ -84,12 +84,32 @@ def _text(value: object, limit: int = inert.TEXT_LIMIT) -> str:
     return inert.bound(inert.clean(value).strip(), limit)
 
 
+SIZING_FIGURES = {
+    "initial",
+    "chosen",
+    "pairs",
+    "within_cv",
+    "between_sd_pct",
+    "request_s",
+    "overhead_s",
+}
+
+
 def design_result(m: Manifest) -> DesignResult:
     """The evidence's account of `m`'s design: the engine's words for a known name, the
     runner's own bounded and kept apart."""
     d = m.measured_by
     words = DESIGNS.get(d.name)
     burst = f" of {d.burst_requests} requests" if d.burst_requests else ""
+    z = d.burst_sizing
+    if z is not None:
+        sized = (
+            f"the task's {z.initial} requests for {z.pairs} pairs, then {z.chosen} (sized to "
+            f"the server: requests' spread {100 * (z.within_cv or 0):.0f}%, pairs' "
+            f"{z.between_sd_pct or 0:.1f}% beyond it, {z.overhead_s or 0:.1f} s a burst "
+            "besides its requests)"
+        )
+        burst = f" of {sized}"
     servers = [
         DesignServerResult(
             side=side,
@@ -112,6 +132,8 @@ def design_result(m: Manifest) -> DesignResult:
         summary=words.summary.format(burst=burst) if words else UNKNOWN_SUMMARY,
         assumes=list(words.assumes if words else UNKNOWN_ASSUMES),
         burst_requests=d.burst_requests,
+        # the figures only: the runner's own words (`reason`) are not carried
+        burst_sizing=BurstSizing(**z.model_dump(include=SIZING_FIGURES)) if z else None,
         servers=servers,
         runner_summary=_text(d.summary) if d.summary else None,
         runner_assumes=[_text(a) for a in d.assumes[:LISTED]],

@@ -146,6 +146,19 @@ class DesignServer(_Open):
     warmup: dict[str, Any] | None = None
 
 
+class BurstSizing(_Open):
+    """The burst length chosen after the first pairs (the runner's `design.burst_sizing`,
+    runners/bursts.py): the task's length for `pairs` pairs, then `chosen`."""
+
+    initial: int = Field(ge=1, le=10_000_000)
+    chosen: int = Field(ge=1, le=10_000_000)
+    pairs: int = Field(ge=0, le=1_000_000)
+    within_cv: float | None = Field(default=None, ge=0, le=1e6)
+    between_sd_pct: float | None = Field(default=None, ge=0, le=1e6)
+    request_s: float | None = Field(default=None, ge=0, le=1e6)
+    overhead_s: float | None = Field(default=None, ge=0, le=1e6)
+
+
 class Design(_Open):
     """How base and head were measured against each other (the manifest's `design`).
     A bundle without one is today's sequential rounds, unpaired."""
@@ -156,6 +169,7 @@ class Design(_Open):
     summary: str | None = None
     assumes: list[str] = Field(default_factory=list)
     burst_requests: int | None = Field(default=None, ge=1, le=10_000_000)
+    burst_sizing: BurstSizing | None = None
     servers: dict[str, list[DesignServer]] = Field(default_factory=dict)
 
     @property
@@ -563,6 +577,7 @@ class DesignResult(BaseModel):
     summary: str
     assumes: list[str] = Field(default_factory=list)
     burst_requests: int | None = None
+    burst_sizing: BurstSizing | None = None
     servers: list[DesignServerResult] = Field(default_factory=list)
     runner_summary: str | None = None
     runner_assumes: list[str] = Field(default_factory=list)

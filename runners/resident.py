@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import os
 import shutil
 import signal
@@ -30,7 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runners import host, memory, netns, outputs, proc, schedule
+from runners import bursts, host, memory, netns, outputs, proc, schedule
+from runners.adaptive import throughput
 from runners.failures import RunFailure
 from runners.gpu import Backend, Monitor, wait_idle
 from runners.serving import wall_clock
@@ -209,6 +211,10 @@ class Alternation:
         digest = hashlib.sha256(v.o.verification_id.encode()).digest()
         self.first = "head" if digest[0] % 2 else "base"
         self.control_runs: list[dict[str, Any]] = []
+        # The burst length, sized after the first pairs (runners/bursts.py): rounds until
+        # decided only, where a longer or shorter burst changes how soon, not how much.
+        self.sizing: bursts.Sizing | None = None
+        self.sizing_open = self.name == "alternate" and v.rounds.adaptive
 
     # ------------------------------------------------------------------ servers
 
@@ -445,7 +451,11 @@ class Alternation:
                 if self.stop_reason is not None:
                     v.bundle.add(v._skipped(p, self.stop_reason))
                     continue
+                if self.sizing is not None:
+                    p = dataclasses.replace(p, requests=self.sizing.chosen)
                 rec = self.burst(p)
+                if self.sizing_open and self._ends_pair(p):
+                    self._size(p)
                 if self.control and self._ends_pair(p) and time.monotonic() < v.deadline:
                     self._control_pair(p)
                 if rec["status"] == "failed":
@@ -468,17 +478,51 @@ class Alternation:
                 starts = sorted(
                     (r["start"], slot) for slot, recs in self.records.items() for r in recs
                 )
+                sized = {"burst_sizing": self.sizing.record()} if self.sizing else {}
                 v.bundle.update(
                     design=dict(
                         v._design(),
                         servers=self.records,
                         start_order=[slot for _, slot in starts],
+                        **sized,
                     )
                 )
                 v.minutes = self.gpu_minutes
             if self.control:
                 v.bundle.update(control=self.control_record())
         return self.stop_reason
+
+    def _size(self, p: schedule.Planned) -> None:
+        """After a pair of the first row: once `bursts.PAIRS` pairs of it measured well,
+        choose the burst length for the rest (`bursts.size`), once."""
+        v = self.v
+        row = [
+            r
+            for r in v.bundle.runs
+            if r.get("mode") == p.mode and r.get("concurrency") == p.concurrency
+        ]
+        got: dict[int, dict[str, dict[str, Any]]] = {}
+        for r in row:
+            if r.get("status") == "ok" and "speed" in r.get("files", {}):
+                got.setdefault(int(r["round"]), {})[str(r["side"])] = r
+        pairs = [x for _, x in sorted(got.items()) if "base" in x and "head" in x]
+        if len(pairs) < bursts.PAIRS:
+            return
+        self.sizing_open = False
+        ratios, cvs, walls, held = [], [], [], []
+        for pair in pairs:
+            tp = {s: throughput(v.bundle.out / pair[s]["files"]["speed"]) for s in pair}
+            if tp["base"] and tp["head"]:
+                ratios.append(math.log(tp["head"] / tp["base"]))
+            for r in pair.values():
+                cv = bursts.latency_cv(v.bundle.out / r["files"]["speed"])
+                if cv is not None:
+                    cvs.append(cv)
+                wall = r.get("wall_clock_s")
+                if isinstance(wall, int | float) and r.get("startup_s") is None:
+                    walls.append(float(wall))  # a burst that carried no start-up
+                    held.append(float(r.get("run_s") or wall))
+        self.sizing = bursts.size(p.requests, p.concurrency, ratios, cvs, walls, held)
 
     @staticmethod
     def _ends_pair(p: schedule.Planned) -> bool:

@@ -662,6 +662,29 @@ def test_warm_up_runs_until_two_passes_agree(tmp_path: Path) -> None:
         assert abs(third / second - 1) <= 0.25, warm
 
 
+def test_a_warm_up_that_never_steadies_is_extended_then_named(tmp_path: Path) -> None:
+    """Rates that keep moving (a wide spread a request, 1% asked): the warm-up gets as many
+    passes again as the task allows, then the audit names it with its rates."""
+    task = (ROOT / "runners" / "tasks" / "dry.toml").read_text()
+    task = task.replace(
+        "warmup_requests = 4\n",
+        "warmup_requests = 4\nwarmup_max_passes = 2\nwarmup_steady_pct = 0.001\n",
+    )
+    (tmp_path / "task.toml").write_text(task)
+    noisy = {"jitter": 0.8, "char_ms": 1.0}
+    r, out, m = verify(
+        tmp_path, noisy, noisy, "--task", str(tmp_path / "task.toml"), "--rounds", "1"
+    )
+    assert r.returncode == 0, r.stderr
+    warm = json.loads((out / m["runs"][0]["files"]["server"]).read_text())["warmup"]
+    assert warm["steady"] is False, warm
+    assert (warm["passes"], warm["extended"], warm["max_passes"]) == (4, 2, 2), warm
+    ev, _ = build(Inputs(bundles=[out]))
+    [base] = [f for f in ev.audit if f.code == "warm-up-unsteady" and f.message.startswith("base")]
+    assert "even with 2 pass(es) past the task's `warmup_max_passes`" in base.message
+    assert " → " in base.message  # its rates
+
+
 def test_one_warm_up_pass_by_default(tmp_path: Path) -> None:
     """Without `warmup_max_passes` a task warms up once, as before, and says it did not
     look for a steady state."""

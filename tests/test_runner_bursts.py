@@ -1,0 +1,114 @@
+"""Bursts sized to the server (runners/bursts.py): the rule, and the alternate design
+choosing a length after its first pairs with the dry task (real processes)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from evidence.build import Inputs
+from runners import bursts
+from tests.test_runner_verify import build, verify
+
+
+@pytest.fixture
+def tmp_path(reachable_tmp: Path) -> Path:
+    """Each side runs as its own user, which must reach its worktree (conftest)."""
+    return reachable_tmp
+
+
+def test_the_requests_own_spread_and_a_burst_s_overhead_ask_for_longer_bursts() -> None:
+    # pairs that vary only as much as 64 requests of CV 0.4 explain: longest bursts
+    spread = math.sqrt(2 * 0.16 / 64)
+    z = bursts.size(64, 4, [spread, -spread, 0.0], [0.4] * 6, [6.4] * 6, [8.4] * 6)
+    assert z is not None
+    assert z.chosen == 256  # four times the task's
+    assert z.between_sd_pct == 0.0
+    assert "longest bursts" in z.reason
+
+
+def test_level_moves_between_bursts_ask_for_shorter_ones() -> None:
+    # pairs spread ±10% with a tiny request spread and little overhead: more, short pairs
+    z = bursts.size(64, 4, [0.1, -0.1, 0.12, -0.08], [0.05] * 8, [6.4] * 8, [6.5] * 8)
+    assert z is not None
+    assert z.chosen == 16  # a quarter of the task's, a whole number of the concurrency
+    assert z.between_sd_pct > 5
+
+
+def test_the_length_is_where_the_cost_of_an_interval_is_least() -> None:
+    c, o, t, n0 = 0.3, 2.0, 0.1, 64
+    between = 0.0004  # σ_b = 2%
+    total = between + 2 * c * c / n0
+    ratios = [math.sqrt(total), -math.sqrt(total)]  # variance 2·total/1 … set below
+    ratios = [x * math.sqrt(0.5) for x in ratios]  # sample variance = total
+    z = bursts.size(n0, 1, ratios, [c] * 4, [t * n0] * 4, [t * n0 + o] * 4)
+    assert z is not None
+    want = math.sqrt(2 * c * c * o / (between * t))  # ≈ 95
+    assert abs(z.chosen - want) <= 1
+    cost = [(between + 2 * c * c / n) * (n * t + o) for n in (want / 2, want, want * 2)]
+    assert cost[1] < cost[0]
+    assert cost[1] < cost[2]
+
+
+def test_too_little_measured_sizes_nothing() -> None:
+    assert bursts.size(64, 4, [0.1], [0.2], [6.0], [7.0]) is None
+    assert bursts.size(64, 4, [0.1, 0.0], [], [6.0], [7.0]) is None
+
+
+def test_latency_spread_is_read_from_the_speed_file(tmp_path: Path) -> None:
+    f = tmp_path / "speed_results.json"
+    rows = [{"latency_s": x, "is_success": True} for x in (1.0, 2.0, 3.0)]
+    rows.append({"latency_s": 100.0, "is_success": False})  # a failed request: not counted
+    f.write_text(json.dumps({"per_request": rows}))
+    assert bursts.latency_cv(f) == pytest.approx(0.5)
+    f.write_text(json.dumps({"summary": {}}))
+    assert bursts.latency_cv(f) is None
+    f.write_text("not json")
+    assert bursts.latency_cv(f) is None
+
+
+def test_rounds_until_decided_size_the_bursts_after_three_pairs(tmp_path: Path) -> None:
+    """A/A on the dry task, bursts of 20: after three pairs of the first row the rest run
+    at the chosen length, and the evidence says how it was chosen."""
+    noisy = {"jitter": 0.6, "char_ms": 1.0}
+    r, out, m = verify(
+        tmp_path,
+        noisy,
+        noisy,
+        "--design",
+        "alternate",
+        "--rounds",
+        "auto",
+        "--max-rounds",
+        "6",
+        "--modes",
+        "streaming,non-streaming",
+    )
+    assert r.returncode == 0, r.stderr
+    z = m["design"]["burst_sizing"]
+    assert (z["initial"], z["pairs"]) == (20, 3)
+    assert z["within_cv"] > 0.2  # the jitter shows in the requests' latencies
+    assert z["chosen"] % 4 == 0  # the dry task's concurrency
+    assert 8 <= z["chosen"] <= 80
+    first = [x for x in m["runs"] if x["status"] != "skipped"]
+    row = (first[0]["mode"], first[0]["concurrency"])
+    for x in first:
+        early = (x["mode"], x["concurrency"]) == row and x["round"] <= 3
+        assert x["requests"] == (20 if early else z["chosen"]), x["id"]
+    ev, _ = build(Inputs(bundles=[out]))
+    d = ev.gpus["CPU"].design
+    assert d is not None
+    assert d.burst_sizing is not None
+    assert d.burst_sizing.chosen == z["chosen"]
+    assert f"the task's 20 requests for 3 pairs, then {z['chosen']} (sized to" in d.summary
+    assert "reason" not in d.burst_sizing.model_dump()  # the runner's words stay out
+
+
+def test_fixed_rounds_keep_the_task_s_length(tmp_path: Path) -> None:
+    r, _, m = verify(tmp_path, {}, {}, "--design", "alternate", "--rounds", "4")
+    assert r.returncode == 0, r.stderr
+    assert "burst_sizing" not in m["design"]
+    assert {x["requests"] for x in m["runs"]} == {20}
