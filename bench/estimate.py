@@ -60,35 +60,43 @@ def _git(cwd: Path, *args: str) -> str:
     ).stdout.strip()
 
 
-def _repo(path: Path, head_speed: float) -> tuple[str, str]:
+def make_repo(path: Path, base: dict[str, Any], head: dict[str, Any]) -> tuple[str, str]:
+    """A repository of two commits whose `rsi-dry.json` configures the dry server."""
     path.mkdir(parents=True)
     _git(path, "init", "-q")
-    cfg = {"startup_s": 2.0, "char_ms": 2.0}
-    (path / "rsi-dry.json").write_text(json.dumps(cfg))
+    (path / "rsi-dry.json").write_text(json.dumps(base))
     _git(path, "add", ".")
     _git(path, "commit", "-qm", "base")
-    (path / "rsi-dry.json").write_text(json.dumps(dict(cfg, speed=head_speed)))
+    (path / "rsi-dry.json").write_text(json.dumps(head))
     _git(path, "commit", "-qam", "head")
     return _git(path, "rev-parse", "HEAD~1"), _git(path, "rev-parse", "HEAD")
+
+
+def dry_verify(
+    work: Path, name: str, base: dict[str, Any], head: dict[str, Any], *args: str
+) -> Path:
+    """One real verification of the dry task on this machine; its bundle."""
+    base_sha, head_sha = make_repo(work / f"repo-{name}", base, head)
+    bundle = work / f"bundle-{name}"
+    cmd = [sys.executable, "-S", "-E", "-m", "runners", "verify"]
+    cmd += ["--repo", str(work / f"repo-{name}"), "--base", base_sha, "--head", head_sha]
+    cmd += ["--task", "dry", "--gpu", "cpu", "--out", str(bundle)]
+    cmd += ["--workdir", str(work / f"w-{name}"), "--verification-id", f"v-{name}"]
+    cmd += ["--repo-name", "owner/repo", "--python", "/usr/bin/python3", *args]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    if not (bundle / "manifest.json").is_file():
+        sys.exit(f"{name} left no bundle:\n{r.stderr[-2000:]}")
+    return bundle
 
 
 def run_dry(work: Path, isolation: str) -> list[Path]:
     os.chmod(work, 0o755)
     out: list[Path] = []
+    cfg = {"startup_s": 2.0, "char_ms": 2.0}
     for i, (design, modes, rounds, speed) in enumerate(DRY):
-        repo = work / f"repo{i}"
-        base, head = _repo(repo, speed)
-        bundle = work / f"bundle{i}"
-        cmd = [sys.executable, "-S", "-E", "-m", "runners", "verify", "--repo", str(repo)]
-        cmd += ["--base", base, "--head", head, "--task", "dry", "--gpu", "cpu"]
-        cmd += ["--design", design, "--modes", modes, "--rounds", rounds, "--max-rounds", "6"]
-        cmd += ["--requests", "24", "--out", str(bundle), "--workdir", str(work / f"w{i}")]
-        cmd += ["--verification-id", f"v-est{i}", "--repo-name", "owner/repo"]
-        cmd += ["--python", "/usr/bin/python3", "--isolation", isolation]
-        r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
-        if not (bundle / "manifest.json").is_file():
-            sys.exit(f"run {i} left no bundle:\n{r.stderr[-2000:]}")
-        out.append(bundle)
+        args = ["--design", design, "--modes", modes, "--rounds", rounds, "--max-rounds", "6"]
+        args += ["--requests", "24", "--isolation", isolation]
+        out.append(dry_verify(work, f"est{i}", cfg, dict(cfg, speed=speed), *args))
         print(f"ran {i}: {design} {modes} rounds={rounds} speed={speed}", file=sys.stderr)
     return out
 

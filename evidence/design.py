@@ -102,7 +102,12 @@ def design_result(m: Manifest) -> DesignResult:
     words = DESIGNS.get(d.name)
     burst = f" of {d.burst_requests} requests" if d.burst_requests else ""
     z = d.burst_sizing
-    if z is not None:
+    if z is not None and z.chosen == z.initial:
+        burst = (
+            f" of {z.initial} requests (kept after {z.pairs} pairs measured the server: "
+            "another length promised too little)"
+        )
+    elif z is not None:
         sized = (
             f"the task's {z.initial} requests for {z.pairs} pairs, then {z.chosen} (sized to "
             f"the server: requests' spread {100 * (z.within_cv or 0):.0f}%, pairs' "

@@ -206,6 +206,14 @@ def parser() -> argparse.ArgumentParser:
         help="aa: a null control (the base code again, in the head's place) paired with the "
         "base beside every real pair; needs the alternate design",
     )
+    opt.add_argument(
+        "--burst-sizing",
+        choices=("auto", "off"),
+        default="auto",
+        help="auto (default): with --design alternate and --rounds auto, the bursts after the "
+        "first three pairs take the length that narrows the interval fastest (runners/"
+        "bursts.py); off: every burst is --requests",
+    )
     opt.add_argument("--runner-name", help="default: $RUNNER_NAME or the host name")
     opt.add_argument("--runner-labels", type=_csv, help="comma-separated runner labels")
     iso = v.add_argument_group("isolation (runners/README.md, The runner machine)")
@@ -449,6 +457,7 @@ def _verify(args: argparse.Namespace) -> int:
         if args.design != "auto"
         else ("control" if args.control != "none" else "task"),
         control=args.control,
+        burst_sizing=args.burst_sizing == "auto",
     )
     if args.python:
         opts.python = args.python

@@ -14,7 +14,9 @@ Long bursts when the requests' own spread dominates and bursts cost overhead; sh
 row, at the task's `requests`, measure c (the requests' latencies), t and o (the bursts'
 walls and held time) and σ_b² (the pairs' spread less the part c explains); the rest of
 the verification runs bursts of N*, between a quarter and four times the task's length,
-a whole number of the concurrency.
+a whole number of the concurrency — where the measured costs promise at least 20% less
+GPU time for the same interval; otherwise the task's length stays (σ_b² from three pairs
+has two degrees of freedom: a small promised gain is mostly its noise).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any
 PAIRS = 3  # pairs of the first row measured at the task's length before sizing
 LEAST, MOST = 0.25, 4.0  # the chosen length, as a multiple of the task's
 MIN_OVERHEAD_S = 0.05  # a burst always costs something besides its requests
+MIN_GAIN = 0.2  # change the length only where the measured costs promise this much less
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,13 @@ def size(
     n = min(max(n, least), most)
     chosen = max(concurrency, round(n / concurrency) * concurrency)
     chosen = min(max(chosen, least), most)
+
+    def cost(k: float) -> float:  # a pair's variance times its GPU time
+        return (between + 2.0 * c2 / k) * (k * t + o)
+
+    if cost(chosen) > (1.0 - MIN_GAIN) * cost(initial):
+        chosen = initial  # three pairs say too little to change for less
+        why = f"the task's length: another would narrow the interval by under {MIN_GAIN:.0%}"
     return Sizing(
         initial=initial,
         chosen=int(chosen),

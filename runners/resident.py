@@ -214,7 +214,7 @@ class Alternation:
         # The burst length, sized after the first pairs (runners/bursts.py): rounds until
         # decided only, where a longer or shorter burst changes how soon, not how much.
         self.sizing: bursts.Sizing | None = None
-        self.sizing_open = self.name == "alternate" and v.rounds.adaptive
+        self.sizing_open = self.name == "alternate" and v.rounds.adaptive and v.o.burst_sizing
 
     # ------------------------------------------------------------------ servers
 

@@ -65,6 +65,7 @@ class Options:
     design: str = "sequential"  # or "alternate": both servers resident (runners/resident.py),
     # or "crossover": base and head on two GPUs at once, swapped (runners/crossover.py)
     control: str = "none"  # "aa": a null control's pairs beside the real ones (alternate only)
+    burst_sizing: bool = True  # alternate with rounds until decided: size bursts (bursts.py)
     design_source: str = "option"  # "task": `--design auto` took the task's; "control": its need
 
 

@@ -23,7 +23,7 @@ def tmp_path(reachable_tmp: Path) -> Path:
 def test_the_requests_own_spread_and_a_burst_s_overhead_ask_for_longer_bursts() -> None:
     # pairs that vary only as much as 64 requests of CV 0.4 explain: longest bursts
     spread = math.sqrt(2 * 0.16 / 64)
-    z = bursts.size(64, 4, [spread, -spread, 0.0], [0.4] * 6, [6.4] * 6, [8.4] * 6)
+    z = bursts.size(64, 4, [spread, -spread, 0.0], [0.4] * 6, [6.4] * 6, [14.4] * 6)
     assert z is not None
     assert z.chosen == 256  # four times the task's
     assert z.between_sd_pct == 0.0
@@ -39,18 +39,29 @@ def test_level_moves_between_bursts_ask_for_shorter_ones() -> None:
 
 
 def test_the_length_is_where_the_cost_of_an_interval_is_least() -> None:
-    c, o, t, n0 = 0.3, 2.0, 0.1, 64
+    c, o, t, n0 = 0.3, 8.0, 0.1, 64
     between = 0.0004  # σ_b = 2%
     total = between + 2 * c * c / n0
     ratios = [math.sqrt(total), -math.sqrt(total)]  # variance 2·total/1 … set below
     ratios = [x * math.sqrt(0.5) for x in ratios]  # sample variance = total
     z = bursts.size(n0, 1, ratios, [c] * 4, [t * n0] * 4, [t * n0 + o] * 4)
     assert z is not None
-    want = math.sqrt(2 * c * c * o / (between * t))  # ≈ 95
+    want = math.sqrt(2 * c * c * o / (between * t))  # ≈ 190
     assert abs(z.chosen - want) <= 1
     cost = [(between + 2 * c * c / n) * (n * t + o) for n in (want / 2, want, want * 2)]
     assert cost[1] < cost[0]
     assert cost[1] < cost[2]
+
+
+def test_a_small_promised_gain_keeps_the_task_s_length() -> None:
+    # the best length would cut the cost by ~2%: three pairs cannot tell that apart
+    c, o, t, n0 = 0.3, 2.0, 0.1, 64
+    total = 0.0004 + 2 * c * c / n0
+    ratios = [math.sqrt(total / 2), -math.sqrt(total / 2)]
+    z = bursts.size(n0, 1, ratios, [c] * 4, [t * n0] * 4, [t * n0 + o] * 4)
+    assert z is not None
+    assert z.chosen == n0
+    assert "under 20%" in z.reason
 
 
 def test_too_little_measured_sizes_nothing() -> None:
@@ -103,7 +114,10 @@ def test_rounds_until_decided_size_the_bursts_after_three_pairs(tmp_path: Path) 
     assert d is not None
     assert d.burst_sizing is not None
     assert d.burst_sizing.chosen == z["chosen"]
-    assert f"the task's 20 requests for 3 pairs, then {z['chosen']} (sized to" in d.summary
+    if z["chosen"] == 20:
+        assert "of 20 requests (kept after 3 pairs measured the server" in d.summary
+    else:
+        assert f"the task's 20 requests for 3 pairs, then {z['chosen']} (sized to" in d.summary
     assert "reason" not in d.burst_sizing.model_dump()  # the runner's words stay out
 
 

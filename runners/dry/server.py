@@ -30,6 +30,10 @@ base and head can differ by commit), then `RSI_DRY_<KEY>` variables, then flags:
     fail_rounds   null   list of rounds the failure knobs apply to (all if null)
     cold_requests 0      the first N requests a server process serves are slow...
     cold_factor   1.0    ...by this factor (caches filling, kernels compiling)
+    batch         0      batch non-streamed speech like a serving engine: up to this many
+                         requests a step (0: each request on its own)
+    batch_window_ms 5.0  a step waits this long for more requests to join
+    batch_cost    0.15   each request past the first adds this share to a step's time
 """
 
 from __future__ import annotations
@@ -60,6 +64,9 @@ DEFAULTS: dict[str, Any] = {
     "client_exit": None,
     "cold_requests": 0,
     "cold_factor": 1.0,
+    "batch": 0,
+    "batch_window_ms": 5.0,
+    "batch_cost": 0.15,
 }
 AUDIO_S_PER_CHAR = 0.065  # about 15 characters of speech a second
 CHUNK_AUDIO_S = 0.48  # audio seconds per streamed chunk
@@ -105,6 +112,39 @@ class State:
         self.rng = random.Random()
         self.crash_after = knob(cfg, "crash_after", rnd)
         self.hang_after = knob(cfg, "hang_after", rnd)
+        self.queue: list[tuple[float, threading.Event]] | None = None
+        self.arrived = threading.Event()
+
+    def batched(self, work: float) -> None:
+        """Wait for this request's step: requests that arrive within the window (up to
+        `batch`) run together, the step as long as its longest request's work plus
+        `batch_cost` of it for each other one; so throughput depends on how requests
+        happen to meet, as with a serving engine's own batching."""
+        done = threading.Event()
+        with self.lock:
+            if self.queue is None:
+                self.queue = []
+                threading.Thread(target=self._steps, daemon=True).start()
+            self.queue.append((work, done))
+            self.arrived.set()
+        done.wait()
+
+    def _steps(self) -> None:
+        most = int(self.cfg["batch"])
+        window = float(self.cfg["batch_window_ms"]) / 1000.0
+        cost = float(self.cfg["batch_cost"])
+        while True:
+            self.arrived.wait()
+            time.sleep(window)
+            with self.lock:
+                assert self.queue is not None
+                step, self.queue = self.queue[:most], self.queue[most:]
+                if not self.queue:
+                    self.arrived.clear()
+            if step:
+                time.sleep(max(w for w, _ in step) * (1.0 + cost * (len(step) - 1)))
+                for _, ev in step:
+                    ev.set()
 
     def admit(self) -> int:
         with self.lock:
@@ -188,7 +228,10 @@ class Handler(BaseHTTPRequestHandler):
     def _speech(self, text: str) -> None:
         t0 = time.perf_counter()
         work = self.state.work_s(text, self.number)
-        time.sleep(work)
+        if int(self.state.cfg["batch"] or 0) > 0:
+            self.state.batched(work)
+        else:
+            time.sleep(work)
         audio = audio_seconds(text)
         self._json(
             200,
