@@ -126,3 +126,51 @@ def test_fixed_rounds_keep_the_task_s_length(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert "burst_sizing" not in m["design"]
     assert {x["requests"] for x in m["runs"]} == {20}
+
+
+def test_the_dry_server_batches_requests_that_meet(tmp_path: Path) -> None:
+    """`batch`: eight requests sent at once run as two steps of four, one after the other
+    (each request's work is 0.2 s; a step of four 0.2 × 1.45 s); without it each request
+    sleeps on its own, all eight at once in about 0.2 s."""
+    import concurrent.futures
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    from tests.test_runner_verify import ROOT
+
+    cfg = tmp_path / "dry.json"
+    cfg.write_text(json.dumps({"batch": 4, "char_ms": 20.0, "jitter": 0.0}))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = ROOT / "runners" / "dry" / "server.py"
+    proc = subprocess.Popen([sys.executable, str(server), "--port", str(port), "--config", cfg])
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
+                break
+            except OSError:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+
+        def speak(_: int) -> float:
+            body = json.dumps({"input": "ten chars!"}).encode()  # 10 × 20 ms
+            req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/audio/speech", body)
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return float(json.loads(r.read())["engine_latency_s"])
+
+        t0 = time.monotonic()
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            lat = list(pool.map(speak, range(8)))
+        wall = time.monotonic() - t0
+        assert 0.55 < wall < 1.5  # two steps of 4: 2 × 0.29 s
+        assert max(lat) > 0.55  # the second step's requests waited for the first
+        assert min(lat) > 0.28  # even the first step's took the batch's time
+    finally:
+        proc.kill()
+        proc.wait()
