@@ -155,7 +155,8 @@ def test_a_fixed_rounds_request_over_the_verification_budget_is_refused_before_d
     assert f"is not started: its GPU time was estimated at {low:.0f} minutes or more" in told
     assert "over the 8 a verification with fixed rounds may spend" in told
     assert "ask fewer rounds, or `rounds=auto`" in told
-    assert "The estimate: expected GPU time:" in told
+    assert "\n\nEstimated GPU time: " in told
+    assert "minutes likely (from 1 earlier run on H200)." in told
     # Rounds until decided stop within the budget: the same request with them runs.
     say(w, number, "/rsi verify rounds=auto", "c-auto")
     auto = w.latest(number)
