@@ -20,6 +20,8 @@ records one.
 
 from __future__ import annotations
 
+import logging
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from statistics import median
@@ -29,6 +31,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from bot.models import Verification
+
+log = logging.getLogger(__name__)
 
 HISTORY = 10  # the most recent published verifications of the task read
 FIRST_LOOK = 2  # rounds a side before rounds until decided can stop
@@ -87,12 +91,27 @@ class Estimate:
 
     @classmethod
     def from_json(cls, doc: dict[str, Any] | None) -> Estimate | None:
+        """The stored estimate, or None when there is none or it is not one."""
         if not isinstance(doc, dict) or not isinstance(doc.get("gpus"), dict):
             return None
-        try:
-            return cls({g: GpuEstimate(**e) for g, e in doc["gpus"].items()})
-        except TypeError:
-            return None
+        out: dict[str, GpuEstimate] = {}
+        for g, e in doc["gpus"].items():
+            if not isinstance(e, dict):
+                return None
+            nums = [e.get(k) for k in ("low", "typical", "high")]
+            if not all(
+                isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+                for x in nums
+            ):
+                return None
+            out[str(g)] = GpuEstimate(
+                float(e["low"]),
+                float(e["typical"]),
+                float(e["high"]),
+                str(e.get("basis") or ""),
+                e.get("capped") is True,
+            )
+        return cls(out) if out else None
 
 
 def units(s: Session, repo: str, task: str) -> dict[str, Unit]:
@@ -116,13 +135,34 @@ def units(s: Session, repo: str, task: str) -> dict[str, Unit]:
     return {gpu: _unit(gpu, cs) for gpu, cs in costs.items()}
 
 
+# What a recorded cost may say and still be believed (a task's start-up within a day,
+# a run within a day, at most this many rows, rounds, starts and runs).
+BOUNDS = {
+    "startup_s": (0.0, 86_400.0),
+    "run_s": (0.0, 86_400.0),
+    "rounds": (1.0, 1_000.0),
+    "rows": (1.0, 1_000.0),
+    "modes": (1.0, 10.0),
+    "starts": (0.0, 100_000.0),
+    "runs": (0.0, 1_000_000.0),
+}
+
+
 def _usable(c: Any) -> bool:
+    """A recorded cost whose figures are all numbers within `BOUNDS` (rows written by
+    older builds, or damaged, are left out rather than believed)."""
     if not isinstance(c, dict):
         return False
-    nums = (c.get("startup_s"), c.get("run_s"), c.get("rounds"), c.get("rows"), c.get("modes"))
-    return all(isinstance(x, int | float) and not isinstance(x, bool) for x in nums) and (
-        c["rounds"] > 0 and c["rows"] > 0 and c["modes"] > 0
-    )
+    for key, (lo, hi) in BOUNDS.items():
+        x = c.get(key, 0 if key in ("starts", "runs") else None)
+        if not isinstance(x, int | float) or isinstance(x, bool):
+            return False
+        try:
+            if not (math.isfinite(x) and lo <= x <= hi):
+                return False
+        except OverflowError:  # an integer past any float
+            return False
+    return True
 
 
 def _unit(gpu: str, cs: list[dict[str, Any]], design: str | None = None) -> Unit:
@@ -211,7 +251,19 @@ def estimate(
 
 
 def for_verification(s: Session, v: Verification) -> Estimate | None:
-    """The estimate of `v`'s plan from its repository's records of its task."""
+    """The estimate of `v`'s plan from its repository's records of its task; None, and a
+    log line, if anything about it fails (an estimate never stops a verification)."""
+    try:
+        est = _for(s, v)
+    except (ArithmeticError, ValueError, TypeError):
+        log.exception("%s: no GPU-minute estimate for %s", v.repo, v.task)
+        return None
+    if est is not None and not all(math.isfinite(x) for x in (est.low, est.high)):
+        return None
+    return est
+
+
+def _for(s: Session, v: Verification) -> Estimate | None:
     return estimate(
         units(s, v.repo, v.task),
         list(v.gpus or []),

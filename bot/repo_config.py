@@ -31,7 +31,8 @@ whether it changed (`If-None-Match`: a 304 costs no rate limit and no parse).
     budget:
       max_rounds: 10                   # the most rounds a side: a command's, and auto's cap
       gpu_minutes: 120                 # with rounds: auto, the most GPU minutes one
-                                       # verification spends per GPU kind (default: no limit)
+                                       # verification spends per GPU kind; fixed rounds
+                                       # estimated past it do not start (default: no limit)
       max_running: 2                   # verifications running at once, this repository
       pr_gpu_minutes: 480              # `/rsi verify` on a PR rsi-bot did not open: per PR
       day_gpu_minutes: 1440            # and per day, this repository
@@ -219,7 +220,8 @@ class Budget(BaseModel):
         le=100_000,
         allow_inf_nan=False,
         description="with rounds: auto, the most GPU minutes a verification spends per GPU "
-        "kind, both sides and start-ups included (none: no limit)",
+        "kind, both sides and start-ups included; with fixed rounds, a verification whose "
+        "estimate passes it is not started (none: no limit)",
     )
     max_running: int = Field(
         default=2, ge=1, le=50, description="verifications running at once, this repository"

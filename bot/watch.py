@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 Z95 = 1.959964
 # End reasons of a push the watch did not measure: the next one measured covers its range.
-SKIPPED = frozenset({"watch-budget", "watch-behind"})
+SKIPPED = frozenset({"watch-budget", "watch-behind", "over-budget"})
 # States whose runners may still spend GPU minutes, and ends that came after they did.
 HOLDING = frozenset({"queued", "dispatched", "running", "ingesting"})
 ENDED_AFTER_DISPATCH = frozenset({"failed", "timed-out", "cancelled", "superseded"})

@@ -53,6 +53,10 @@ def held_minutes(runs: list[dict[str, Any]]) -> dict[str, float]:
     }
 
 
+def _number(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and v >= 0
+
+
 def row_name(mode: str, concurrency: int) -> str:
     return f"{mode} c{concurrency}"
 
@@ -137,7 +141,7 @@ class Rounds:
             if (
                 self.gpu_minutes is not None
                 and self.adaptive
-                and not self._fits(done(), self.gpu_minutes, 2 * len(live))
+                and not self._round_fits(done(), self.gpu_minutes, len(live))
             ):
                 for name in live:
                     self.rows[name]["stopped"] = "budget"
@@ -216,13 +220,24 @@ class Rounds:
         state["stopped"] = "decided"
         return True
 
-    def _fits(self, runs: list[dict[str, Any]], allowance: float, n: int = 2) -> bool:
-        """Whether `n` more runs (a pair) fit in the allowance (from the mean GPU minutes
-        of the runs so far)."""
+    def _fits(self, runs: list[dict[str, Any]], allowance: float) -> bool:
+        """Whether one more pair fits in the allowance (from the mean GPU minutes of the
+        runs so far)."""
         spent = held_minutes(runs)["total"]
         measured = [r for r in runs if isinstance(r.get("run_s"), int | float)]
         per_run = held_minutes(measured)["total"] / len(measured) if measured else 0.0
-        return spent + n * per_run <= allowance + 1e-9
+        return spent + 2 * per_run <= allowance + 1e-9
+
+    def _round_fits(self, runs: list[dict[str, Any]], allowance: float, rows: int) -> bool:
+        """Whether one more round of `rows` rows on shared servers fits: two starts (the
+        mean start-up so far) and 2 × `rows` runs (their mean time besides start-ups)."""
+        spent = held_minutes(runs)["total"]
+        measured = [r for r in runs if isinstance(r.get("run_s"), int | float)]
+        starts = [float(r["startup_s"]) for r in measured if _number(r.get("startup_s"))]
+        start_min = sum(starts) / len(starts) / 60.0 if starts else 0.0
+        rest = held_minutes(measured)["total"] - sum(starts) / 60.0
+        per_run = max(0.0, rest) / len(measured) if measured else 0.0
+        return spent + 2 * start_min + 2 * rows * per_run <= allowance + 1e-9
 
     def _values(
         self, runs: list[dict[str, Any]], name: str

@@ -49,6 +49,12 @@ class Sizing:
         return asdict(self)
 
 
+def for_row(chosen: int, concurrency: int) -> int:
+    """The chosen length for a row at `concurrency` (it was sized on the first row's):
+    at least two requests in flight per slot, a whole number of them."""
+    return max(2 * concurrency, round(chosen / concurrency) * concurrency)
+
+
 def latency_cv(speed: Path) -> float | None:
     """The coefficient of variation of a burst's successful requests' latencies (its
     speed file's `per_request`), or None when they are not there."""
@@ -102,12 +108,11 @@ def size(
         why = "the length that narrows the interval fastest per GPU-minute"
     n = min(max(n, least), most)
     chosen = max(concurrency, round(n / concurrency) * concurrency)
-    chosen = min(max(chosen, least), most)
 
     def cost(k: float) -> float:  # a pair's variance times its GPU time
         return (between + 2.0 * c2 / k) * (k * t + o)
 
-    if cost(chosen) > (1.0 - MIN_GAIN) * cost(initial):
+    if cost(chosen) >= (1.0 - MIN_GAIN) * cost(initial):
         chosen = initial  # three pairs say too little to change for less
         why = f"the task's length: another would narrow the interval by under {MIN_GAIN:.0%}"
     return Sizing(

@@ -451,8 +451,9 @@ class Alternation:
                 if self.stop_reason is not None:
                     v.bundle.add(v._skipped(p, self.stop_reason))
                     continue
-                if self.sizing is not None:
-                    p = dataclasses.replace(p, requests=self.sizing.chosen)
+                if self.sizing is not None and self.sizing.chosen != self.sizing.initial:
+                    n = bursts.for_row(self.sizing.chosen, p.concurrency)
+                    p = dataclasses.replace(p, requests=n)
                 rec = self.burst(p)
                 if self.sizing_open and self._ends_pair(p):
                     self._size(p)
@@ -519,8 +520,10 @@ class Alternation:
                 if cv is not None:
                     cvs.append(cv)
                 wall = r.get("wall_clock_s")
-                if isinstance(wall, int | float) and r.get("startup_s") is None:
-                    walls.append(float(wall))  # a burst that carried no start-up
+                # a burst that carried no start-up nor a warm-up (those of the first pair)
+                carried = r.get("startup_s") is not None or r is pairs[0].get(r["side"])
+                if isinstance(wall, int | float) and not carried:
+                    walls.append(float(wall))
                     held.append(float(r.get("run_s") or wall))
         self.sizing = bursts.size(p.requests, p.concurrency, ratios, cvs, walls, held)
 

@@ -120,6 +120,14 @@ class Sequential:
             for i, p in enumerate(ps):
                 recs.append(self._run(p, i == len(ps) - 1, st, scratch, server_log))
         finally:
+            if not st.stopped:  # something between its runs raised: the server goes too
+                with v._shielded():
+                    st.stopped = True
+                    if st.process is not None:
+                        st.process.stop(3.0)
+                    v.sandbox.end(first.side, st.group)
+                    if st.monitor is not None:
+                        st.monitor.stop()
             shutil.rmtree(scratch, ignore_errors=True)
         return recs
 
@@ -283,11 +291,13 @@ class Sequential:
         finally:
             with v._shielded():
                 alive = st.process is not None and st.process.poll() is None
+                never_healthy = first and info.get("startup_s") is None
                 if (
                     failure is not None
                     and st.ended is None
                     and (
                         not alive
+                        or never_healthy
                         or interrupted is not None
                         or bug is not None
                         or failure.kind in ("total-time-limit", "run-time-limit")

@@ -183,3 +183,66 @@ def test_rsi_verify_whose_estimate_passes_the_pr_budget_is_refused(w: World) -> 
     assert f"has spent {spent:.0f} of its {most} GPU minutes on this PR" in told
     assert "ask fewer rounds or GPU kinds, or raise the budget" in told
     w.github.assert_clean()
+
+
+@pytest.mark.parametrize(
+    "junk",
+    [
+        {"starts": "x"},
+        {"starts": [1]},
+        {"rounds": 10**400},
+        {"startup_s": 1e308},
+        {"startup_s": float("nan")},
+        {"run_s": -100.0},
+        {"modes": 0},
+    ],
+)
+def test_a_damaged_cost_record_is_left_out_not_believed(junk: dict[str, object]) -> None:
+    good = {
+        "design": "alternate",
+        "starts": 2,
+        "startup_s": 60.0,
+        "rows": 2,
+        "modes": 2,
+        "rounds": 4,
+        "runs": 16,
+        "run_s": 30.0,
+    }
+    assert estimate._usable(good)
+    assert not estimate._usable({**good, **junk})
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        None,
+        {},
+        {"gpus": {}},
+        {"gpus": {"H100": "x"}},
+        {"gpus": {"H100": {"low": "1", "typical": 2, "high": 3}}},
+        {"gpus": {"H100": {"low": float("inf"), "typical": 2, "high": 3}}},
+    ],
+)
+def test_a_stored_estimate_that_is_not_one_reads_as_none(doc: object) -> None:
+    assert estimate.Estimate.from_json(doc) is None  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {},
+        {"gpus": {}},
+        {"gpus": {"H100": {}}, "low": 1, "high": 2, "typical": 1.5},
+        {"gpus": {"H100": "x"}, "low": "a"},
+        {"gpus": {"H100": {"capped": "yes", "basis": 7}}, "low": 1, "high": 20, "typical": 5},
+    ],
+)
+def test_the_words_survive_a_stored_estimate_of_any_shape(doc: dict[str, object]) -> None:
+    from bot import messages
+    from tests.test_app_messages_golden import hostile_verification
+
+    v = hostile_verification("queued")
+    v.estimate = doc
+    said = messages.reverify_queued("mia", v)
+    assert "queued on H100, H200" in said
+    assert "(from )" not in said

@@ -242,11 +242,23 @@ def _verify_pull(
 
 
 def _not_started(p: StepPorts, vid: str, config: RepoConfig) -> Reason | None:
-    """Why the verification just queued will not start (its estimate passes a budget;
-    the start step ends it with this reason)."""
+    """Why the verification just queued may not start (its estimate passes a budget),
+    decided once, now: it is ended with that reason, and the reply says so (`told`: no
+    second word to whoever asked)."""
     with p.db.session() as s:
         v = store.get(s, vid)
-        return None if v is None else steps.over_budget(s, v, config.budget)
+        if v is None:
+            return None
+        ended = Reason.from_json(v.end_reason)
+        if v.state == M.State.CANCELLED.value and ended and ended.code == R.OVER_BUDGET:
+            return ended  # its start step found it already
+        if M.State(v.state).final:
+            return None
+        why = steps.over_budget(s, v, config.budget)
+    if why is None:
+        return None
+    steps.apply(p, vid, M.Cancel(Reason(why.code, {**why.params, "told": True})))
+    return why
 
 
 def _over_budget(p: StepPorts, c: Comment, budget: Budget) -> tuple[str, str, str] | None:

@@ -445,8 +445,8 @@ def step(v: Verification, event: Event) -> tuple[Verification, tuple[Effect, ...
             # Whoever cancels is answered by the command; anyone else who asked is told.
             # A request ended before dispatch for its estimate was answered when asked.
             by = event.reason.params.get("user")
-            asked = event.reason.code == R.OVER_BUDGET
-            return _end(v, State.CANCELLED, event.reason, but=by, notify=not asked)
+            told = event.reason.params.get("told") is True  # the command's reply said it
+            return _end(v, State.CANCELLED, event.reason, but=by, notify=not told)
         case Supersede():
             reason = Reason(R.SUPERSEDED_BY, {"id": event.by, "sha": event.sha})
             return _end(v, State.SUPERSEDED, reason, comment=False, notify=False)

@@ -48,10 +48,12 @@ def start(svc: StepPorts, vid: str) -> None:
             return
         repo = v.repo
         busy = store.running_count(s, repo, vid)
-        over = over_budget(s, v, svc.repo_config(repo).config.budget)
+        over = over_budget(s, v, svc.repo_config(repo).config.budget, commands=False)
+        # A command's reply says it (bot/features/commands.py): no second word then.
+        told = (triggers.parse(v.trigger) or ("", ""))[0] in COMMANDS
     if over is not None:
         log.info("%s of %s not started: %s", vid, repo, over.params)
-        apply(svc, vid, M.Cancel(over))
+        apply(svc, vid, M.Cancel(Reason(over.code, {**over.params, "told": told})))
         return
     limit = svc.repo_config(repo).config.budget.max_running
     if busy >= limit:
@@ -59,13 +61,20 @@ def start(svc: StepPorts, vid: str) -> None:
     apply(svc, vid, M.Start(busy=busy, max_running=limit))
 
 
-def over_budget(s: Session, v: Verification, budget: Budget) -> Reason | None:
+COMMANDS = ("verify", "reverify")  # triggers whose command answers in a reply
+
+
+def over_budget(
+    s: Session, v: Verification, budget: Budget, *, commands: bool = True
+) -> Reason | None:
     """Why `v` may not start: the least its estimate says it spends does not fit a budget
-    (fixed rounds have no stop of their own; `/rsi verify` on a PR rsi-bot did not open
-    has its own minutes). Without an estimate nothing is refused here: the rounds until
-    decided stop at the budget, and the command budgets were checked when it was asked."""
+    (fixed rounds have no stop of their own; `commands`: also `/rsi verify`'s minutes on a
+    PR rsi-bot did not open, decided once, when the command is answered). Without an
+    estimate nothing is refused: rounds until decided stop at the budget, and the command
+    budgets were checked when it was asked. The watch and the hunt for a culprit keep
+    their own daily budget."""
     est = estimate.Estimate.from_json(v.estimate)
-    if est is None:
+    if est is None or v.watch or v.inquiry_id is not None:
         return None
     if not v.adaptive and budget.gpu_minutes is not None:
         worst = max(g.low for g in est.gpus.values())
@@ -79,7 +88,7 @@ def over_budget(s: Session, v: Verification, budget: Budget) -> Reason | None:
                 },
             )
     kind = (triggers.parse(v.trigger) or ("", ""))[0]
-    if kind not in ("verify", "reverify") or v.pr_number is None:
+    if not commands or kind not in COMMANDS or v.pr_number is None:
         return None
     pr = store.pull_request(s, v.repo, v.pr_number)
     if pr is None or pr.opened_by_app:
