@@ -112,22 +112,24 @@ class State:
         self.rng = random.Random()
         self.crash_after = knob(cfg, "crash_after", rnd)
         self.hang_after = knob(cfg, "hang_after", rnd)
-        self.queue: list[tuple[float, threading.Event]] | None = None
+        self.queue: list[tuple[float, threading.Event, list[int]]] | None = None
         self.arrived = threading.Event()
 
-    def batched(self, work: float) -> None:
+    def batched(self, work: float) -> int:
         """Wait for this request's step: requests that arrive within the window (up to
         `batch`) run together, the step as long as its longest request's work plus
         `batch_cost` of it for each other one; so throughput depends on how requests
-        happen to meet, as with a serving engine's own batching."""
+        happen to meet, as with a serving engine's own batching. Returns the step's size."""
         done = threading.Event()
+        size = [0]
         with self.lock:
             if self.queue is None:
                 self.queue = []
                 threading.Thread(target=self._steps, daemon=True).start()
-            self.queue.append((work, done))
+            self.queue.append((work, done, size))
             self.arrived.set()
         done.wait()
+        return size[0]
 
     def _steps(self) -> None:
         most = int(self.cfg["batch"])
@@ -142,8 +144,9 @@ class State:
                 if not self.queue:
                     self.arrived.clear()
             if step:
-                time.sleep(max(w for w, _ in step) * (1.0 + cost * (len(step) - 1)))
-                for _, ev in step:
+                time.sleep(max(w for w, _, _ in step) * (1.0 + cost * (len(step) - 1)))
+                for _, ev, size in step:
+                    size[0] = len(step)
                     ev.set()
 
     def admit(self) -> int:
@@ -228,14 +231,16 @@ class Handler(BaseHTTPRequestHandler):
     def _speech(self, text: str) -> None:
         t0 = time.perf_counter()
         work = self.state.work_s(text, self.number)
+        step: dict[str, int] = {}
         if int(self.state.cfg["batch"] or 0) > 0:
-            self.state.batched(work)
+            step["batch_step"] = self.state.batched(work)
         else:
             time.sleep(work)
         audio = audio_seconds(text)
         self._json(
             200,
             {
+                **step,
                 "audio_duration_s": audio,
                 "audio_bytes": int(audio * SAMPLE_RATE * 2),
                 "engine_latency_s": round(time.perf_counter() - t0, 6),
