@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 from bot.models import Series, SeriesPoint
 
 MODES = ("streaming", "non-streaming")
+Z95 = 1.959964
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,8 @@ class NewPoint:
     ci_high_pct: float | None
     verdict: str
     pr_number: int | None = None
+    pr_title: str | None = None
+    other_prs: int | None = None  # other PRs the measured range held
     pairs: int | None = None
     head_value: float | None = None
     parent_value: float | None = None
@@ -237,13 +240,33 @@ def _date(args: Mapping[str, str], name: str) -> dt.datetime | None:
 
 
 @dataclass(frozen=True)
+class Measurement:
+    """One paired measurement of a merge: the watch's, or the hunt's confirming rerun."""
+
+    verification_id: str
+    change_pct: float
+    ci_low_pct: float | None
+    ci_high_pct: float | None
+    verdict: str
+    pairs: int | None
+    bundle_key: str | None
+    measured_at: dt.datetime
+
+
+@dataclass(frozen=True)
 class PointView:
-    """A point as shown: its change, and the series' index after it (first parent = 100)."""
+    """A merge as shown: one point however often it was measured. Its change pools the
+    measurements (inverse-variance, in log space; the latest verdict, since a rerun
+    confirms or clears the first); the index chains the pooled changes (first parent =
+    100), with a 95% band that widens by each merge's uncertainty (None once a merge
+    without an interval was chained)."""
 
     sha: str
     parent_sha: str
     pr_number: int | None
-    verification_id: str
+    pr_title: str | None
+    other_prs: int | None
+    verification_id: str  # the latest measurement's
     change_pct: float
     ci_low_pct: float | None
     ci_high_pct: float | None
@@ -253,8 +276,16 @@ class PointView:
     parent_value: float | None
     change_point: str | None
     bundle_key: str | None
-    measured_at: dt.datetime
+    measured_at: dt.datetime  # the first measurement's: when the merge was measured
     index: float
+    band_low: float | None = None
+    band_high: float | None = None
+    measurements: tuple[Measurement, ...] = ()
+
+    @property
+    def confirmed(self) -> bool:
+        """Measured more than once (a confirming rerun)."""
+        return len(self.measurements) > 1
 
 
 @dataclass
@@ -293,16 +324,55 @@ def history(s: Session, repo: str, f: Filter) -> list[SeriesView]:
         .where(SeriesPoint.series_id.in_([v.id for v in views]))
         .order_by(SeriesPoint.series_id, SeriesPoint.measured_at, SeriesPoint.id)
     )
-    by_id = {v.id: v for v in views}
-    index: dict[int, float] = {}
-    for p in points:
-        level = index.get(p.series_id, 100.0) * (1 + p.change_pct / 100)
-        index[p.series_id] = level
-        when = _aware(p.measured_at)
-        if (f.since and when < f.since) or (f.until and when >= f.until):
-            continue
-        by_id[p.series_id].points.append(_point(p, when, level))
+    merges: dict[int, dict[str, list[SeriesPoint]]] = {}
+    for p in points:  # a merge measured again joins its first measurement
+        merges.setdefault(p.series_id, {}).setdefault(p.sha, []).append(p)
+    for v in views:
+        level, var = 100.0, 0.0
+        for rows in merges.get(v.id, {}).values():
+            change, lo, hi, var_log = pooled(rows)
+            level *= 1 + change / 100
+            var = math.inf if var_log is None else var + var_log
+            when = _aware(rows[0].measured_at)
+            if (f.since and when < f.since) or (f.until and when >= f.until):
+                continue
+            v.points.append(_point(rows, change, lo, hi, level, var))
     return views
+
+
+def pooled(rows: list[SeriesPoint]) -> tuple[float, float | None, float | None, float | None]:
+    """The change of a merge from its measurements of the same parent as the first:
+    inverse-variance mean of log(1 + change), its 95% interval and the log variance; with
+    a measurement lacking an interval, the latest one's change and no variance."""
+    same = [r for r in rows if r.parent_sha == rows[0].parent_sha]
+    found = [_log_se(r) for r in same]
+    logs = [x for x in found if x is not None]
+    if len(logs) < len(same):
+        last = same[-1]
+        return last.change_pct, last.ci_low_pct, last.ci_high_pct, None
+    if len(same) == 1:
+        r = same[0]
+        return r.change_pct, r.ci_low_pct, r.ci_high_pct, logs[0][1] ** 2
+    weights = [1.0 / se**2 for _, se in logs]
+    est = sum(w * x for w, (x, _) in zip(weights, logs, strict=True)) / sum(weights)
+    var = 1.0 / sum(weights)
+    half = Z95 * math.sqrt(var)
+    return _pct(est), _pct(est - half), _pct(est + half), var
+
+
+def _pct(log: float) -> float:
+    return round(100.0 * math.expm1(log), 4)
+
+
+def _log_se(r: SeriesPoint) -> tuple[float, float] | None:
+    """log(1 + change) and its standard error read off the 95% interval, or None."""
+    lo, hi = r.ci_low_pct, r.ci_high_pct
+    if lo is None or hi is None or min(lo, hi, r.change_pct) <= -100:
+        return None
+    se = (math.log1p(hi / 100) - math.log1p(lo / 100)) / (2 * Z95)
+    if not (math.isfinite(se) and se > 0):
+        return None
+    return math.log1p(r.change_pct / 100), se
 
 
 def _aware(when: dt.datetime) -> dt.datetime:
@@ -326,23 +396,49 @@ def _view(x: Series) -> SeriesView:
     )
 
 
-def _point(p: SeriesPoint, when: dt.datetime, index: float) -> PointView:
+def _point(
+    rows: list[SeriesPoint],
+    change: float,
+    lo: float | None,
+    hi: float | None,
+    index: float,
+    var: float,
+) -> PointView:
+    first, last = rows[0], rows[-1]
+    half = Z95 * math.sqrt(var) if math.isfinite(var) else None
     return PointView(
-        sha=p.sha,
-        parent_sha=p.parent_sha,
-        pr_number=p.pr_number,
-        verification_id=p.verification_id,
-        change_pct=p.change_pct,
-        ci_low_pct=p.ci_low_pct,
-        ci_high_pct=p.ci_high_pct,
-        verdict=p.verdict,
-        pairs=p.pairs,
-        head_value=p.head_value,
-        parent_value=p.parent_value,
-        change_point=p.change_point,
-        bundle_key=p.bundle_key,
-        measured_at=when,
+        sha=first.sha,
+        parent_sha=first.parent_sha,
+        pr_number=next((r.pr_number for r in rows if r.pr_number), None),
+        pr_title=next((r.pr_title for r in rows if r.pr_title), None),
+        other_prs=first.other_prs,
+        verification_id=last.verification_id,
+        change_pct=change,
+        ci_low_pct=lo,
+        ci_high_pct=hi,
+        verdict=last.verdict,
+        pairs=sum(r.pairs or 0 for r in rows) or None,
+        head_value=first.head_value,
+        parent_value=first.parent_value,
+        change_point=next((r.change_point for r in rows if r.change_point), None),
+        bundle_key=last.bundle_key,
+        measured_at=_aware(first.measured_at),
         index=index,
+        band_low=None if half is None else index * math.exp(-half),
+        band_high=None if half is None else index * math.exp(half),
+        measurements=tuple(
+            Measurement(
+                r.verification_id,
+                r.change_pct,
+                r.ci_low_pct,
+                r.ci_high_pct,
+                r.verdict,
+                r.pairs,
+                r.bundle_key,
+                _aware(r.measured_at),
+            )
+            for r in rows
+        ),
     )
 
 
@@ -359,7 +455,10 @@ EXPORT_FIELDS = (
     "sha",
     "parent_sha",
     "pr_number",
+    "pr_title",
+    "other_prs",
     "verification_id",
+    "measurements",
     "measured_at",
     "change_pct",
     "ci_low_pct",
@@ -369,10 +468,13 @@ EXPORT_FIELDS = (
     "head_value",
     "parent_value",
     "index",
+    "index_low",
+    "index_high",
     "change_point",
     "bundle",
 )
-"""One exported row per point: its series, its measurement and where its bundle is."""
+"""One exported row per merge: its series, its (pooled) measurement, the index with its
+band, and where the latest measurement's bundle is."""
 
 BundleUrl = Callable[[str, str | None], str | None]
 """(verification id, bundle key) → where the point's evidence can be fetched, or None."""
@@ -396,7 +498,10 @@ def export_rows(views: Iterable[SeriesView], bundle_url: BundleUrl) -> Iterator[
                 "sha": p.sha,
                 "parent_sha": p.parent_sha,
                 "pr_number": p.pr_number,
+                "pr_title": p.pr_title,
+                "other_prs": p.other_prs,
                 "verification_id": p.verification_id,
+                "measurements": len(p.measurements),
                 "measured_at": p.measured_at.isoformat(),
                 "change_pct": p.change_pct,
                 "ci_low_pct": p.ci_low_pct,
@@ -406,6 +511,8 @@ def export_rows(views: Iterable[SeriesView], bundle_url: BundleUrl) -> Iterator[
                 "head_value": p.head_value,
                 "parent_value": p.parent_value,
                 "index": round(p.index, 6),
+                "index_low": None if p.band_low is None else round(p.band_low, 6),
+                "index_high": None if p.band_high is None else round(p.band_high, 6),
                 "change_point": p.change_point,
                 "bundle": bundle_url(p.verification_id, p.bundle_key),
             }
@@ -413,41 +520,64 @@ def export_rows(views: Iterable[SeriesView], bundle_url: BundleUrl) -> Iterator[
 
 # --- the chart: an SVG drawn on the server, no script --------------------------------------
 
-WIDTH, HEIGHT, PAD = 720, 180, 28
+WIDTH, HEIGHT, PAD = 720, 200, 28
+HOVER_POINTS = 400
+"""Up to this many merges, every one has a hover target with its details; past it only the
+marked ones (the line is still one polyline)."""
 
 
 @dataclass(frozen=True)
 class Chart:
-    """An index line with the points, their change points marked, ready for the page."""
+    """An index line with its band, the points (marked ones coloured) and date ticks,
+    ready for the page."""
 
     width: int
     height: int
     line: str  # the polyline's points
-    dots: list[tuple[float, float, str, PointView]]  # x, y, kind, the point (its tooltip)
+    band: str  # the band's polygon ("" where unknown)
+    dots: list[tuple[float, float, str, PointView]]  # x, y, kind ("" unmarked), the point
+    ticks: list[tuple[float, str]]  # x, date
     low: float
     high: float
 
 
 def chart(points: list[PointView]) -> Chart | None:
-    """The index of a series over its measured merges (x: merge order), or None without
-    points. Every point is kept: a 10,000-point series is one polyline."""
-    if not points:
+    """The index of a series over its measured merges (x: merge order, dates below), or
+    None without points. Non-finite levels are left out of the line."""
+    shown = [(i, p) for i, p in enumerate(points) if math.isfinite(p.index)]
+    if not shown:
         return None
-    levels = [p.index for p in points]
+    levels = [p.index for _, p in shown]
+    levels += [b for _, p in shown for b in (p.band_low, p.band_high) if b is not None]
+    levels = [x for x in levels if math.isfinite(x)]
     low, high = min(levels), max(levels)
     if math.isclose(low, high):
         low, high = low - 1, high + 1
     span_x = max(len(points) - 1, 1)
+    bottom = HEIGHT - PAD - 12  # room for the dates
 
     def xy(i: int, level: float) -> tuple[float, float]:
-        x = PAD + (WIDTH - 2 * PAD) * i / span_x
-        y = HEIGHT - PAD - (HEIGHT - 2 * PAD) * (level - low) / (high - low)
+        x = PAD + 18 + (WIDTH - 2 * PAD - 18) * i / span_x
+        y = bottom - (bottom - PAD / 2) * (level - low) / (high - low)
         return round(x, 1), round(y, 1)
 
-    coords = [xy(i, lv) for i, lv in enumerate(levels)]
+    coords = [xy(i, p.index) for i, p in shown]
     line = " ".join(f"{x},{y}" for x, y in coords)
+    banded = [(i, p) for i, p in shown if p.band_low is not None and p.band_high is not None]
+    upper = [xy(i, p.band_high) for i, p in banded if p.band_high is not None]
+    lower = [xy(i, p.band_low) for i, p in banded if p.band_low is not None]
+    band = " ".join(f"{x},{y}" for x, y in [*upper, *reversed(lower)]) if len(banded) > 1 else ""
+    every = len(points) <= HOVER_POINTS
     dots = []
-    for (x, y), p in zip(coords, points, strict=True):
-        if p.change_point or p.verdict in ("improved", "regressed"):
-            dots.append((x, y, p.change_point or p.verdict, p))
-    return Chart(WIDTH, HEIGHT, line, dots, low, high)
+    for (x, y), (_, p) in zip(coords, shown, strict=True):
+        kind = p.change_point or (p.verdict if p.verdict in ("improved", "regressed") else "")
+        if kind or every:
+            dots.append((x, y, kind, p))
+    step = max(1, math.ceil(len(shown) / 6))
+    marks = [*shown[::step], shown[-1]] if len(shown) > 1 else shown
+    ticks: list[tuple[float, str]] = []
+    for i, p in marks:  # one tick a day at most
+        day = p.measured_at.strftime("%Y-%m-%d")
+        if not ticks or ticks[-1][1] != day:
+            ticks.append((xy(i, low)[0], day))
+    return Chart(WIDTH, HEIGHT, line, band, dots, ticks, low, high)

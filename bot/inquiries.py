@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from bot import leases, messages, pull_writes, triggers, watch
+from bot import hunt_check, leases, messages, pull_writes, triggers, watch
 from bot.github.api import GitHubError
 from bot.models import Inquiry, Series, SeriesPoint, Verification, utcnow
 from bot.repo_config import Plan, RepoConfig
@@ -42,7 +42,7 @@ from bot.verification.machine import State
 from evidence.metrics import BY_NAME
 
 if TYPE_CHECKING:
-    from bot.verification.ports import StepPorts
+    from bot.verification.ports import EffectPorts, StepPorts
 
 log = logging.getLogger(__name__)
 
@@ -186,8 +186,45 @@ def advance(svc: StepPorts, qid: int) -> None:
         return
     try:
         _advance(svc, qid)
+        with svc.db.session() as s:
+            q = s.get(Inquiry, qid)
+            told = q is not None and tell_check(svc, s, q)
+            repo = q.repo if q is not None else ""
+        if told:
+            svc.queue.write(repo, pull_writes.REPOSITORY)
     finally:
         leases.give_back(svc.db, Inquiry, where, token)
+
+
+def tell_check(svc: EffectPorts, s: Session, q: Inquiry) -> bool:
+    """Have the suspect merge's `rsi/watch` check run say where the hunt is now (an
+    outbox row of the repository when its words changed); whether one was written."""
+    series = s.get(Series, q.series_id)
+    if series is None:
+        return False
+    first = _confirming(q)
+    web = svc.settings.web_url
+    hunt = hunt_check.Hunt(
+        state=q.state,
+        good=q.good_sha,
+        bad=q.bad_sha,
+        lo=q.lo_sha,
+        hi=q.hi_sha,
+        commits=len(q.commits or []),
+        bisected=sum(1 for st in q.steps if st["kind"] == "bisect" and not st.get("retry")),
+        max_steps=_max_steps(len(q.commits)) if q.commits else None,
+        confirm_pct=_num(first.get("change_pct")),
+        confirm_verdict=str(first.get("verdict") or "") or None,
+        culprit=q.culprit_sha,
+        culprit_pr=q.culprit_pr,
+        triage=q.triage,
+        triaged_by=q.triaged_by,
+        why=q.end_reason,
+        history_url=svc.history_url(q.repo, task=q.task, gpu=series.gpu, mode=series.mode)
+        + f"#series-{series.id}",
+        pr_url=f"{web}/{q.repo}/pull/{q.culprit_pr}" if q.culprit_pr else None,
+    )
+    return hunt_check.tell(svc, s, q, hunt)
 
 
 def _advance(svc: StepPorts, qid: int) -> None:

@@ -149,6 +149,12 @@ def check_published(v: Verification, check_md: str) -> tuple[str, str]:
     return _say("title_published", v, failed), check_md
 
 
+def hunt_check(h: Any) -> tuple[str, str]:
+    """The words a hunt adds to its suspect merge's check run: the title's tail, and the
+    paragraph above the evidence (`bot.hunt_check.Hunt`)."""
+    return _say("hunt_check_title", h), _say("hunt_check_text", h)
+
+
 def check_ended(v: Verification) -> tuple[str, str]:
     why = Markup(end_reason(v))  # the App's own Markdown: kept as it is
     return _say("title_ended", v, why), _say("check_ended", v, why, jobs(v))

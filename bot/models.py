@@ -326,6 +326,9 @@ class SeriesPoint(Base):
     sha: Mapped[str] = mapped_column(String(64))
     parent_sha: Mapped[str] = mapped_column(String(64))
     pr_number: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # The merged PR's title, and how many other PRs the measured range held.
+    pr_title: Mapped[str | None] = mapped_column(String(300), nullable=True)
+    other_prs: Mapped[int | None] = mapped_column(Integer, nullable=True)
     verification_id: Mapped[str] = mapped_column(String(40))
     # head / parent − 1, in percent, with its 95% interval (None: no interval).
     change_pct: Mapped[float] = mapped_column(Float)
@@ -375,6 +378,8 @@ class Inquiry(Base):
     triage: Mapped[str | None] = mapped_column(String(20))
     triaged_by: Mapped[str | None] = mapped_column(String(100))
     triaged_at: Mapped[dt.datetime | None]
+    # What the suspect merge's `rsi/watch` check run was last told of the hunt.
+    check_said: Mapped[str | None] = mapped_column(String(300), nullable=True)
     # Held while a worker advances it (`bot.leases`): one decision at a time.
     lease_until: Mapped[dt.datetime | None]
     lease_owner: Mapped[str | None] = mapped_column(String(32))

@@ -45,6 +45,20 @@ class Writer(Protocol):
         self, repo: str, title: str, body: str, labels: list[str]
     ) -> int: ...  # pragma: no cover - a protocol
 
+    def remove_label(
+        self, repo: str, number: int, name: str
+    ) -> None: ...  # pragma: no cover - a protocol
+
+    def update_check_run(
+        self,
+        repo: str,
+        check_run_id: int,
+        *,
+        title: str,
+        summary: str,
+        details_url: str | None = None,
+    ) -> None: ...  # pragma: no cover - a protocol
+
 
 @dataclass(frozen=True)
 class Retry:
@@ -91,6 +105,21 @@ def label(s: Session, repo: str, number: int, name: str) -> None:
     s.add(PullWrite(repo=repo, pr_number=number, kind="label", params={"labels": [name]}))
 
 
+def unlabel(s: Session, repo: str, number: int, name: str) -> None:
+    """Take a label off the PR (or issue) once the session commits (gone already: done)."""
+    s.add(PullWrite(repo=repo, pr_number=number, kind="unlabel", params={"name": name}))
+
+
+def check(
+    s: Session, repo: str, check_run_id: int, title: str, summary: str, details_url: str
+) -> None:
+    """Rewrite a check run's words (its conclusion stays) once the session commits: the
+    repository's outbox, so that it follows the state it tells."""
+    params = {"check_run_id": check_run_id, "title": title, "summary": summary}
+    params["details_url"] = details_url
+    s.add(PullWrite(repo=repo, pr_number=REPOSITORY, kind="check", params=params))
+
+
 def issue(
     s: Session, repo: str, title: str, body: str, labels: list[str], about: int | None = None
 ) -> None:
@@ -109,6 +138,16 @@ def _send(github: Writer, row: tuple[str, int, str, dict[str, Any]]) -> int | No
         github.react(repo, number, int(params["comment_id"]), str(params["content"]))
     elif kind == "label":
         github.add_labels(repo, number, [str(x) for x in params["labels"]])
+    elif kind == "unlabel":
+        github.remove_label(repo, number, str(params["name"]))
+    elif kind == "check":
+        github.update_check_run(
+            repo,
+            int(params["check_run_id"]),
+            title=str(params["title"]),
+            summary=str(params["summary"]),
+            details_url=str(params.get("details_url") or "") or None,
+        )
     elif kind == "issue":
         labels = [str(x) for x in params.get("labels") or []]
         return github.create_issue(repo, str(params["title"]), str(params["body"]), labels)

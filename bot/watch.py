@@ -233,6 +233,7 @@ def record(s: Session, v: Verification, doc: dict[str, Any], now: dt.datetime) -
         )
         pairs = int(g.get("rounds_per_side") or 0)
         levels = _levels(doc, str(gpu), key)
+        pr, title, others = merged_pr(v.attribution)
         series = open_series(s, key, now)
         if point_of(s, series, v.head_sha, v.id) is not None:
             continue  # recorded (and fed to the detector) by an earlier try of this effect
@@ -251,11 +252,28 @@ def record(s: Session, v: Verification, doc: dict[str, Any], now: dt.datetime) -
             pairs=pairs or None,
             bundle_key=bundles.get(str(gpu)),
             change_point=alarm.side if alarm else None,
+            pr_number=pr,
+            pr_title=title,
+            other_prs=others,
             head_value=levels[1],
             parent_value=levels[0],
         )
         add_to(s, series, point, now)
     return raised
+
+
+def merged_pr(attribution: Any) -> tuple[int | None, str | None, int | None]:
+    """The PR a measured push merged, from the range's attribution (the merged PRs it
+    holds): the last merged one, its title, and how many others the range held."""
+    entries = [
+        e
+        for e in attribution or []
+        if isinstance(e, dict) and isinstance(e.get("number"), int) and e["number"] > 0
+    ]
+    if not entries:
+        return None, None, None
+    last = max(enumerate(entries), key=lambda ie: (str(ie[1].get("merged_at") or ""), ie[0]))[1]
+    return int(last["number"]), str(last.get("title") or "")[:300] or None, len(entries) - 1
 
 
 def _detect(series: Series, key: SeriesKey, sha: str, h: dict[str, Any], pairs: int) -> Step:

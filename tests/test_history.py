@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
+import itertools
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -115,6 +116,53 @@ def test_a_point_recorded_twice_is_kept_once(app: Flask) -> None:
     assert len(view.points) == 1
 
 
+def test_a_merge_measured_again_is_one_point_its_measurements_pooled(
+    app: Flask, client: FlaskClient
+) -> None:
+    """The hunt's confirming rerun of the fifth merge (−9.4%) joins its watch point
+    (−8.1%): five points, one cliff of about −8.7%, not two."""
+    points = [point(n, 0.0) for n in range(1, 5)]
+    points.append(point(5, -8.1, ci_low_pct=-9.1, ci_high_pct=-7.1, verdict="regressed"))
+    record(app, KEY, points)
+    rerun = point(5, -9.4, ci_low_pct=-10.4, ci_high_pct=-8.4, verdict="regressed")
+    record(app, KEY, [NewPoint(**{**rerun.__dict__, "verification_id": "v-confirm"})], start=9)
+    with rt(app).db.session() as s:
+        (view,) = history.history(s, REPO, history.Filter())
+    assert [p.sha for p in view.points] == [f"{n:040x}" for n in range(1, 6)]
+    fifth = view.points[-1]
+    assert [m.verification_id for m in fifth.measurements] == ["v-w0005", "v-confirm"]
+    assert -9.4 < fifth.change_pct < -8.1
+    assert fifth.ci_low_pct is not None
+    assert fifth.ci_high_pct is not None
+    assert fifth.ci_high_pct - fifth.ci_low_pct < 2.0  # two measurements: narrower than one
+    assert round(fifth.index, 4) == round(100 * (1 + fifth.change_pct / 100), 4)
+    page = client.get(f"/history/{REPO}?token={token(app)}").get_data(as_text=True)
+    assert page.count(f"/commit/{5:040x}") == 1  # one row for the merge
+    assert "pooled from 2 measurements: -8.1% (regressed), -9.4% (regressed)" in page.replace(
+        "−", "-"
+    )
+    rows = json.loads(client.get(f"/history/{REPO}.json?token={token(app)}").get_data())
+    assert [r["sha"] for r in rows["points"]].count(f"{5:040x}") == 1
+    assert rows["points"][-1]["measurements"] == 2
+
+
+def test_the_index_band_widens_with_every_chained_change(app: Flask) -> None:
+    record(app, KEY, [point(n, 0.5) for n in range(1, 9)])
+    with rt(app).db.session() as s:
+        (view,) = history.history(s, REPO, history.Filter())
+    widths = [(p.band_high or 0) - (p.band_low or 0) for p in view.points]
+    assert all(b > a for a, b in itertools.pairwise(widths))
+    # Eight ±1% changes: about ±1% × √8 around the index.
+    last = view.points[-1]
+    assert last.band_low is not None
+    assert last.band_high is not None
+    assert 2.5 < (last.band_high - last.band_low) / 2 / last.index * 100 < 3.2
+    record(app, KEY, [point(9, 1.0, ci_low_pct=None, ci_high_pct=None)], start=20)
+    with rt(app).db.session() as s:
+        (view,) = history.history(s, REPO, history.Filter())
+    assert view.points[-1].band_low is None  # unknown once a merge without one is chained
+
+
 def test_the_index_chains_every_point_whatever_the_dates_shown(app: Flask) -> None:
     record(app, KEY, [point(1, 10.0), point(2, -10.0), point(3, 5.0)])
     with rt(app).db.session() as s:
@@ -177,9 +225,13 @@ def test_the_page_shows_each_series_its_chart_and_its_merges(
     assert "cosyvoice3 · H200 · streaming · concurrency 8 · rtf" in page
     assert page.count("<polyline") == 1
     assert '<circle class="regression"' in page
-    tooltip = f"<title>{2:040x}"[:17] + " -8.1% (" + "#412)</title>"
-    assert tooltip in page  # the point's sha, change and PR
-    assert "#412" in page
+    tooltip = f"<title>2026-11-02 · {2:040x}"[:30] + " · #412&#10;change -8.1% ["
+    assert tooltip in page  # the point's date, sha, PR and change
+    assert '<a href="https://github.com/sgl-project/sglang-omni/pull/412">#412</a>' in page
+    assert f'<a href="https://github.com/{REPO}/commit/{2:040x}">' in page
+    assert page.count("<circle") == 3  # every merge a hover target
+    assert '<text class="date"' in page
+    assert ">2026-11-02</text>" in page
     assert "−8.1%" in page or "-8.1%" in page
     assert "change point (regression)" in page
     assert f"/reports/v-w0003?token={rt(app).signer.token('v-w0003')}" in page

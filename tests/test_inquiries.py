@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from sqlalchemy import delete, select
 
-from bot import inquiries, runtime, watch
+from bot import history, inquiries, runtime, watch
 from bot.history import NewPoint, SeriesKey, add_to, open_series
 from bot.models import Inquiry, PullWrite, SeriesPoint, Verification
 from bot.verification import store
@@ -301,7 +301,7 @@ def test_two_workers_advancing_at_once_alert_once(
     w.at_once(lambda: inquiries.advance(w.svc, qid), lambda: inquiries.advance(w.svc, qid))
     with w.svc.db.session() as s:
         kinds = [r.kind for r in s.scalars(select(PullWrite))]
-    assert sorted(kinds) == ["comment", "label"]
+    assert sorted(kinds) == ["check", "comment", "label"]  # each once
 
 
 def confirmed(w: World) -> None:
@@ -371,4 +371,65 @@ def test_the_first_parent_chain_walks_on_where_the_compare_page_stops(w: World) 
     page["total_commits"] = 300
     assert w.svc.github.first_parents(appkit.UPSTREAM, appkit.BASE_SHA, COMMITS[-1]) == COMMITS
     assert w.svc.github.first_parents(appkit.UPSTREAM, appkit.BASE_SHA, COMMITS[-1], 5) is None
+    w.github.assert_clean()
+
+
+def test_eight_merges_pushed_one_by_one_read_true_on_the_page_and_the_check(w: World) -> None:
+    """What a maintainer reads, each merge pushed on its own: eight points, one cliff of
+    about −8% (the confirming rerun pooled into the fifth merge, not a second step), each
+    point naming its PR; the fifth merge's `rsi/watch` check run says the hunt as it goes
+    and ends naming the culprit PR; a false alarm takes the label off."""
+    merges(w)
+    before = appkit.BASE_SHA
+    for i, sha in enumerate(COMMITS):
+        w.github.set_compare(appkit.UPSTREAM, before, sha, commits=[sha])
+        push(w, before, sha, f"push-{i}")
+        with w.svc.db.session() as s:
+            [v] = s.scalars(
+                select(Verification).where(
+                    Verification.watch.is_(True), Verification.head_sha == sha
+                )
+            ).all()
+        effect = speedup(before, sha)
+        w.finish(v.id, base_sha=before, head_sha=sha, speedup=effect, round_cv=0.01)
+        before = sha
+    q = inquiry(w)
+    assert (q.good_sha, q.bad_sha) == (COMMITS[3], CULPRIT)
+    [run] = [r for r in w.github.check_runs.values() if r.head_sha == CULPRIT]
+    assert run.name == "rsi/watch"
+    assert "confirming with a fresh rerun" in run.output["title"]
+    assert run.conclusion is not None  # the measurement's conclusion stays
+    measure_steps(w, 9)
+    q = inquiry(w)
+    assert (q.state, q.culprit_pr) == ("alerted", 44), (q.steps, q.end_reason)
+    with w.svc.db.session() as s:
+        [view] = history.history(s, appkit.UPSTREAM, history.Filter())
+    assert [p.sha for p in view.points] == COMMITS  # each merge once
+    assert [p.pr_number for p in view.points] == list(range(40, 48))
+    assert [p.pr_title for p in view.points] == [f"merge {i}" for i in range(1, 9)]
+    assert [p.sha for p in view.points if p.change_pct < -4] == [CULPRIT]  # one cliff
+    assert len(view.points[4].measurements) == 2  # the watch's and the confirming rerun
+    cliff = view.points[4].index / view.points[3].index - 1
+    assert -0.11 < cliff < -0.05, cliff
+    # The seven undecided merges each measured the same +1.3% (one synthetic seed): the
+    # index drifts up, and its band says how little that drift means.
+    last = view.points[-1]
+    assert last.band_low is not None
+    assert last.band_high is not None
+    assert (last.band_high - last.band_low) / 2 / last.index > 0.08
+    title, summary = run.output["title"], run.output["summary"]
+    assert "traced to #44" in title, title
+    assert f"[#44](https://github.com/{appkit.UPSTREAM}/pull/44)" in summary
+    assert "Claim `NONE`" not in summary
+    said = [h.get("output", {}).get("title", "") for h in run.history]
+    assert any("confirming" in t for t in said)
+    assert w.github.pulls[appkit.UPSTREAM.lower()][44].labels == ["perf-regression"]
+    w.github.set_permission(appkit.UPSTREAM, WRITER, "write")
+    say(w, 44, "/rsi false-alarm", "answer-1")
+    assert w.github.pulls[appkit.UPSTREAM.lower()][44].labels == []
+    assert "answered: false alarm" in run.output["title"]
+    say(w, 44, "/rsi false-alarm", "answer-2")  # the label is gone already: done, no error
+    with w.svc.db.session() as s:
+        rows = s.scalars(select(PullWrite).where(PullWrite.kind == "unlabel")).all()
+        assert [(r.done_at is not None, r.error) for r in rows] == [(True, None)] * 2
     w.github.assert_clean()

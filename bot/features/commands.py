@@ -193,6 +193,11 @@ def _answer(p: StepPorts, c: Comment, answer: str) -> None:
         q = inquiries.triage(s, c.repo, c.number, answer, c.user)
         reply = messages.triaged(c.user, answer, q) if q else messages.no_alert(c.user)
         pull_writes.comment(s, c.repo, c.number, reply)
+        if q is not None and answer == "false-alarm":  # not a regression: the label goes
+            pull_writes.unlabel(s, c.repo, c.number, inquiries.LABEL)
+        told = q is not None and inquiries.tell_check(p, s, q)
+    if told:
+        p.queue.write(c.repo, pull_writes.REPOSITORY)
 
 
 def _verify_pull(

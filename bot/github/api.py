@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import urllib3
 from github import GithubException
@@ -490,6 +491,17 @@ class GitHub:
 
     def add_labels(self, repo: str, number: int, labels: list[str]) -> None:
         self.request(repo, "POST", f"/repos/{repo}/issues/{number}/labels", {"labels": labels})
+
+    def remove_label(self, repo: str, number: int, name: str) -> None:
+        """Take `name` off the issue or PR; one that is not there (removed by hand) is
+        done already."""
+        try:
+            self.request(
+                repo, "DELETE", f"/repos/{repo}/issues/{number}/labels/{quote(name, safe='')}"
+            )
+        except GitHubError as exc:
+            if exc.status != 404:
+                raise
 
     def create_issue(self, repo: str, title: str, body: str, labels: list[str]) -> int:
         _, data = self.request(

@@ -84,6 +84,7 @@ def page(owner: str, name: str) -> Response:
             filters=f,
             query={**f.query_args(), "token": token},
             report_url=rt.report_url,
+            github_url=rt.settings.web_url,
             quality=quality,
             hunts=hunts,
         )

@@ -2274,6 +2274,21 @@ class GitHubStandIn:
                 item.labels.append(name)
         return _Answer(200, [self._label_json(repo, n) for n in item.labels])
 
+    @_route(
+        "delete",
+        "/repos/{owner}/{repo}/issues/{issue_number}/labels/{name}",
+        permission=(("issues", "write"), ("pull_requests", "write")),
+    )
+    def _remove_label(self, ctx: _Ctx) -> _Answer:
+        """GitHub answers the labels left, or 404 when the label is not on it."""
+        repo = ctx.need_repo()
+        item = self._issue_or_pull(repo, ctx.int_param("issue_number"))
+        name = ctx.params["name"]
+        if name not in item.labels:
+            raise _not_found()
+        item.labels.remove(name)
+        return _Answer(200, [self._label_json(repo, n) for n in item.labels])
+
     @_route("post", "/repos/{owner}/{repo}/issues", permission=(("issues", "write"),))
     def _create_issue(self, ctx: _Ctx) -> _Answer:
         repo = ctx.need_repo()
