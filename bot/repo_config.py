@@ -74,7 +74,8 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from evidence import inert
-from evidence.policy import Policy
+from evidence.metrics import BY_NAME, canonical
+from evidence.policy import Lead, Policy
 from evidence.render import macro
 
 log = logging.getLogger(__name__)
@@ -205,6 +206,37 @@ class Guards(BaseModel):
     )
 
 
+def _metric(v: Any) -> Any:
+    """A metric by any of its names, as the engine names it; an unknown one is refused."""
+    if not isinstance(v, str):
+        return v
+    name = canonical(v.strip().lower())
+    if name not in BY_NAME:
+        raise _bad("metric_unknown", known=", ".join(BY_NAME))
+    return name
+
+
+class Headline(BaseModel):
+    """The row the verdict's words lead with when it decides the verdict, the same on
+    every commit (default: the candidate's claim; else the row with the most evidence)."""
+
+    model_config = _STRICT
+
+    gpu: Gpu | None = Field(default=None, description="GPU kind")
+    metric: Annotated[str, BeforeValidator(_metric)] | None = Field(
+        default=None, description="metric, e.g. throughput_qps or rtf"
+    )
+    mode: Mode | None = Field(default=None, description="streaming or non-streaming")
+    concurrency: Annotated[int, Field(ge=1, le=100_000)] | None = Field(
+        default=None, description="concurrency"
+    )
+
+    def lead(self) -> Lead | None:
+        if (self.gpu, self.metric, self.mode, self.concurrency) == (None, None, None, None):
+            return None
+        return Lead(gpu=self.gpu, metric=self.metric, mode=self.mode, concurrency=self.concurrency)
+
+
 class Budget(BaseModel):
     model_config = _STRICT
 
@@ -292,6 +324,7 @@ CUSTOM_CODES = frozenset(
         "rounds_least",
         "rounds_at_most",
         "rounds_most_budget",
+        "metric_unknown",
     }
 )
 """The checks of our own validators: their error type is the macro that words them."""
@@ -336,6 +369,7 @@ class RepoConfig(BaseModel):
     )
     thresholds: Thresholds = Field(default_factory=Thresholds)
     guards: Guards = Field(default_factory=Guards)
+    headline: Headline = Field(default_factory=Headline)
     base: Literal["keep", "main"] = "keep"
     # Read by the runner from the base commit's copy of this file: the ref of the
     # upstream repository whose benchmark scripts measure both sides.
@@ -408,6 +442,7 @@ class RepoConfig(BaseModel):
                 "wer_increase_max": t.wer_increase,
                 "failure_rate_max": t.failure_rate,
                 "guard_other_rows_pct": self.guards.other_rows_pct,
+                "lead": self.headline.lead(),
             }
         )
 

@@ -23,19 +23,21 @@ from evidence.errors import InputError, NotOneVerification
 from evidence.limits import DEFAULT, Limits
 from evidence.links import links, measured_by_runner, reproduce
 from evidence.load import Source, format_validation, load
+from evidence.metrics import canonical
 from evidence.model import (
     Adaptive,
     AdaptiveResult,
     AdaptiveRowResult,
     AttributionEntry,
     Candidate,
+    ClaimSpec,
     Evidence,
     Finding,
     GpuResult,
     HistoryEntry,
     RoundValue,
 )
-from evidence.policy import Policy
+from evidence.policy import Lead, Policy
 from evidence.study import build_study
 from evidence.verdict import decide, headline, judge_claim, per_gpu, void_if_invalid
 
@@ -98,18 +100,19 @@ def build(inputs: Inputs) -> tuple[Evidence, list[Source]]:
             )
         )
     findings += _candidate_mismatch(cand, sources)
-    verdict, reason = decide(rows, findings)
+    lead = lead_of(policy, claim)
+    verdict, reason = decide(rows, findings, lead)
     claim_result = void_if_invalid(judge_claim(rows, claim, measured), verdict)
     gpus: dict[str, GpuResult] = {}
     for src in sources:
-        v, why = per_gpu(rows, findings, src.gpu)
+        v, why = per_gpu(rows, findings, src.gpu, lead)
         claim_gpu = void_if_invalid(
             judge_claim([r for r in rows if r.gpu == src.gpu], claim, measured), v
         )
         gpus[src.gpu] = GpuResult(
             verdict=v,
             reason=why,
-            headline=headline(rows, src.gpu),
+            headline=headline(rows, src.gpu, lead),
             # A claim that names another GPU has no status here.
             claim_status=claim_gpu.status
             if claim and (claim.gpu is None or claim.gpu == src.gpu)
@@ -158,6 +161,21 @@ def build(inputs: Inputs) -> tuple[Evidence, list[Source]]:
         per_request_audit=all(s.per_request for s in sources),
     )
     return ev, sources
+
+
+def lead_of(policy: Policy, claim: ClaimSpec | None) -> Lead | None:
+    """The row the verdict's words lead with: `headline:` of `.github/rsi.yml`, else the
+    claim's GPU, metric, mode and concurrency, else none (the most evidence leads)."""
+    if policy.lead is not None:
+        return policy.lead
+    if claim is None:
+        return None
+    return Lead(
+        gpu=claim.gpu,
+        metric=canonical(claim.metric),
+        mode=None if claim.mode == "unspecified" else claim.mode,
+        concurrency=claim.concurrency,
+    )
 
 
 def one_verification(sources: list[Source]) -> None:

@@ -9,6 +9,25 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 
+class Lead(BaseModel):
+    """Which row the verdict's words lead with when it is among the rows that decide it:
+    the claim's, or `headline:` in `.github/rsi.yml`. Without one, the row with the most
+    evidence leads, which may be another GPU on the next commit."""
+
+    gpu: str | None = None
+    metric: str | None = None
+    mode: str | None = None
+    concurrency: int | None = None
+
+    def matches(self, gpu: str, metric: str, mode: str, concurrency: int) -> bool:
+        return (
+            (self.gpu is None or self.gpu == gpu)
+            and (self.metric is None or self.metric == metric)
+            and (self.mode is None or self.mode == mode)
+            and (self.concurrency is None or self.concurrency == concurrency)
+        )
+
+
 class Policy(BaseModel):
     threshold_pct: float = Field(default=3.0, ge=0, description="practical threshold")
     alpha: float = Field(default=0.05, gt=0, lt=1, description="1 - interval coverage")
@@ -31,6 +50,7 @@ class Policy(BaseModel):
     history_min_points: int = 3
     history_z: float = 3.0
     history_pct: float = 5.0
+    lead: Lead | None = None  # the repository's `headline:` (else the claim's row leads)
 
     def guard_pct(self, metric: str) -> float | None:
         """The regression a guarded row may show before it lowers the verdict."""

@@ -15,15 +15,20 @@ from evidence.model import (
     Overall,
     StudyRow,
 )
+from evidence.policy import Lead
 
 
-def decide(rows: list[StudyRow], findings: list[Finding]) -> tuple[Overall, str]:
+def decide(
+    rows: list[StudyRow], findings: list[Finding], lead: Lead | None = None
+) -> tuple[Overall, str]:
     """invalid > regressed (primary or guard) > improved > inconclusive > no-change.
 
     No change means every primary row is equivalent (its interval inside ± the
     threshold); a primary row whose interval is too wide, or whose change the null
     control matched (`StudyRow.demoted_from`), makes the study inconclusive. Guards only
-    lower the verdict.
+    lower the verdict. The words cite the `lead` row (the claim's, or `headline:`) when it
+    is among the rows that decide the verdict, so that they hold still from commit to
+    commit; else the deciding row with the most evidence.
     """
     errors = [f for f in findings if f.severity == "error"]
     if errors:
@@ -31,7 +36,7 @@ def decide(rows: list[StudyRow], findings: list[Finding]) -> tuple[Overall, str]
         return "invalid", f"the raw-record audit found errors ({', '.join(codes)})"
     reg = [r for r in rows if r.primary and r.verdict == "regressed"]
     if reg:
-        r = _most_evidence(reg)
+        r = _pick(reg, lead)
         return "regressed", f"{_where(r)}: {r_label(r)} regressed {_fmt(r.delta_pct)}"
     guards = [r for r in rows if r.guard_failed]
     if guards:
@@ -44,7 +49,7 @@ def decide(rows: list[StudyRow], findings: list[Finding]) -> tuple[Overall, str]
     if imp:
         # The row with the most evidence, as the headline: not the largest point
         # estimate, which is usually the noisiest setting's.
-        best = _most_evidence(imp)
+        best = _pick(imp, lead)
         return "improved", f"{_where(best)}: {r_label(best)} {_fmt(best.delta_pct)}"
     prim = [r for r in rows if r.primary]
     if not prim:
@@ -52,7 +57,7 @@ def decide(rows: list[StudyRow], findings: list[Finding]) -> tuple[Overall, str]
     wide = [r for r in prim if r.verdict != "no-change"]
     demoted = [r for r in wide if r.demoted_from is not None]
     if demoted:
-        r = _most_evidence(demoted)
+        r = _pick(demoted, lead)
         why = (
             "the runner's sequential test, which allows for its looks after every pair, "
             "stopped without deciding it"
@@ -63,7 +68,7 @@ def decide(rows: list[StudyRow], findings: list[Finding]) -> tuple[Overall, str]
             f"{_where(r)}: {r_label(r)} {fmt_change(r)} would read {r.demoted_from}, but {why}"
         )
     if wide:
-        r = _most_evidence(wide)
+        r = _pick(wide, lead)
         # What this row could have detected: the least sensitive row's figure would
         # overstate what the run can tell, and another row's would not be this one's.
         tail = f"; the run could have detected about ±{r.mde_pct:.1f}%" if r.mde_pct else ""
@@ -72,7 +77,7 @@ def decide(rows: list[StudyRow], findings: list[Finding]) -> tuple[Overall, str]
             f"{_where(r)}: {r_label(r)} {fmt_change(r)} is too wide to tell a change of "
             f"{threshold_text(r)} from none{n if len(wide) > 1 else ''}{tail}"
         )
-    r = prim[0]
+    r = _pick(prim, lead) if lead else prim[0]
     return "no-change", (
         f"every primary figure is within {threshold_text(r)} (equivalent), its 95% interval "
         "inside the threshold"
@@ -119,6 +124,12 @@ def _most_evidence(rows: list[StudyRow]) -> StudyRow:
     return min(rows, key=lambda r: (_width(r), -(r.n_base + r.n_head)))
 
 
+def _pick(rows: list[StudyRow], lead: Lead | None) -> StudyRow:
+    """The lead's row among `rows` when there is one, else the one with most evidence."""
+    led = [r for r in rows if lead and lead.matches(r.gpu, r.metric, r.mode, r.concurrency)]
+    return _most_evidence(led or rows)
+
+
 def _where(r: StudyRow) -> str:
     return f"{r.gpu} {r.mode} c={r.concurrency}"
 
@@ -127,24 +138,29 @@ def r_label(r: StudyRow) -> str:
     return r.label
 
 
-def per_gpu(rows: list[StudyRow], findings: list[Finding], gpu: str) -> tuple[Overall, str]:
-    return decide([r for r in rows if r.gpu == gpu], [f for f in findings if f.gpu in (gpu, None)])
+def per_gpu(
+    rows: list[StudyRow], findings: list[Finding], gpu: str, lead: Lead | None = None
+) -> tuple[Overall, str]:
+    return decide(
+        [r for r in rows if r.gpu == gpu], [f for f in findings if f.gpu in (gpu, None)], lead
+    )
 
 
 # The verdict a GPU's rows add up to, worst first (as `decide` ranks them).
 _RANK = ("regressed", "improved", "inconclusive", "no-change")
 
 
-def headline(rows: list[StudyRow], gpu: str) -> Headline | None:
+def headline(rows: list[StudyRow], gpu: str, lead: Lead | None = None) -> Headline | None:
     """The primary row a maintainer should read first: among the rows of the verdict they
     add up to, the one with the most evidence (narrowest interval, then most rounds), not
-    the largest point estimate, which is often the noisiest setting's. When a failed guard
-    decided the verdict (no primary row regressed), the guard's row."""
+    the largest point estimate, which is often the noisiest setting's; the `lead`'s row
+    when it is one of them. When a failed guard decided the verdict (no primary row
+    regressed), the guard's row."""
     prim = [r for r in rows if r.gpu == gpu and r.primary]
     if not prim:
         return None
     verdict = next(v for v in _RANK if any(r.verdict == v for r in prim))
-    r = _most_evidence([r for r in prim if r.verdict == verdict])
+    r = _pick([r for r in prim if r.verdict == verdict], lead)
     guards = [g for g in rows if g.gpu == gpu and g.guard_failed]
     if verdict != "regressed" and guards:
         # A guard decided the verdict (as in `decide`): its row is what the verdict

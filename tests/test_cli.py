@@ -248,7 +248,7 @@ def test_check_config_summarises_a_good_file(
     (tmp_path / ".github" / "rsi.yml").write_text("rounds: 5\ngpus: [h100]\n")
     got = CliRunner().invoke(main, ["check-config"])
     assert got.exit_code == 0, got.output
-    assert got.output.startswith(".github/rsi.yml: ok: GPUs H100; 5 rounds a side;")
+    assert got.output.startswith(".github/rsi.yml: ok: GPUs H100; 5 rounds a side (a command")
     missing = CliRunner().invoke(main, ["check-config", "nope.yml"])
     assert missing.exit_code == 2
     assert "cannot read nope.yml" in missing.output

@@ -610,3 +610,31 @@ def test_a_number_too_long_to_read_is_a_problem_not_a_crash() -> None:
     p = _only(parse("rounds: " + "9" * 5000 + "\n"))
     assert p.code == "number_too_long", p
     assert "too long" in p.message
+
+
+def test_headline_names_the_row_the_verdict_leads_with() -> None:
+    result = repo_config.parse("headline:\n  gpu: h200\n  metric: RTF\n  concurrency: 8\n")
+    assert result.ok, result.problems
+    lead = result.config.policy().lead
+    assert lead is not None
+    assert (lead.gpu, lead.metric, lead.mode, lead.concurrency) == ("H200", "rtf_mean", None, 8)
+    assert repo_config.parse("gpus: [H100]\n").config.policy().lead is None
+    bad = repo_config.parse("headline:\n  metric: speed\n")
+    [problem] = bad.problems
+    assert (problem.code, problem.field) == ("metric_unknown", "headline.metric")
+    assert "not a metric rsi-bot measures; one of throughput_qps" in problem.message
+
+
+def test_the_summary_says_the_watch_and_each_limit_once() -> None:
+    said = RepoConfig().summary()
+    assert said.count("a side") == 1
+    assert said.count("at most 10") == 1
+    assert "watch on: the tasks of this repository's candidates on H100, H200" in said
+    assert "at most 240 GPU minutes a day" in said
+    assert "480 GPU minutes a PR and 1440 a day" in said
+    off = parse("watch: false\nrounds: 4\n").config.summary()
+    assert off.endswith("watch off")
+    assert "4 rounds a side (a command may ask up to 10)" in off
+    watched = parse("watch: {tasks: [whisper], gpus: [H200], alert_issue: true}\n").config
+    assert "watch on: whisper on H200, streaming, non-streaming" in watched.summary()
+    assert "an issue for each confirmed regression" in watched.summary()

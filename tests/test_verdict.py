@@ -12,7 +12,7 @@ from evidence.build import Inputs, build
 from evidence.errors import NotOneVerification
 from evidence.metrics import BY_NAME
 from evidence.model import Candidate, ClaimSpec, Evidence, Finding, StudyRow
-from evidence.policy import Policy
+from evidence.policy import Lead, Policy
 from evidence.stats import Comparison
 from evidence.study import _verdict
 from evidence.synth import BASE_SHA, HEAD_SHA
@@ -641,3 +641,50 @@ def test_a_claim_of_an_impossible_size_is_refused(delta: float) -> None:
     metric = "latency_p95_s" if delta < 0 else "throughput_qps"
     with pytest.raises(ValueError, match=r"is outside \(-100, \+10000\]"):
         ClaimSpec.model_validate({"metric": metric, "delta_pct": delta})
+
+
+def test_the_words_lead_with_the_claim_s_row_on_every_commit(tmp_path: Path) -> None:
+    """Both GPUs improved; H100's interval is narrower, so without a lead its row would
+    head the verdict on one commit and H200's on the next. The claim is about H200: its
+    row leads while it is among the improved ones; a regression elsewhere still decides."""
+    rows = [
+        _row(gpu="H100", verdict="improved", delta_pct=10.1, ci_low_pct=8.0, ci_high_pct=12.0),
+        _row(gpu="H200", verdict="improved", delta_pct=13.1, ci_low_pct=9.0, ci_high_pct=17.0),
+    ]
+    assert decide(rows, [])[1].startswith("H100 streaming c=16")
+    lead = Lead(gpu="H200", metric="throughput_qps", mode="streaming", concurrency=16)
+    verdict, reason = decide(rows, [], lead)
+    assert (verdict, reason.split(":")[0]) == ("improved", "H200 streaming c=16")
+    flat = [rows[0], _row(gpu="H200", verdict="inconclusive", delta_pct=1.0)]
+    assert decide(flat, [], lead)[1].startswith("H100")  # the verdict rests on H100
+    lost = [rows[1], _row(gpu="H100", verdict="regressed", delta_pct=-6.0)]
+    assert decide(lost, [], lead)[1].startswith("H100")  # what regressed is said
+    other_c = [
+        _row(verdict="improved", delta_pct=4.0, ci_low_pct=3.5, ci_high_pct=4.5),
+        _row(concurrency=8, verdict="improved", delta_pct=6.0, ci_low_pct=2.0, ci_high_pct=10.0),
+    ]
+    h = headline(other_c, "H200", Lead(concurrency=8))
+    assert h is not None
+    assert h.concurrency == 8
+    h = headline(other_c, "H200")
+    assert h is not None
+    assert h.concurrency == 16
+
+
+def test_the_claim_or_the_config_names_the_lead(tmp_path: Path) -> None:
+    ev = evidence(
+        tmp_path,
+        candidate(metric="throughput_qps", mode="non-streaming", gpu="H200", delta_pct=15.0),
+        speedup=0.15,
+    )
+    assert ev.verdict == "improved"
+    assert ev.reason.startswith("H200 non-streaming"), ev.reason
+    policy = Policy(lead=Lead(mode="streaming"))
+    ev2, _ = build(
+        Inputs(
+            bundles=[clean_bundle(tmp_path / "b2", speedup=0.15)],
+            candidate=candidate(),  # no claim: both modes are primary; `headline:` picks
+            policy=policy,
+        )
+    )
+    assert ev2.reason.startswith("H200 streaming"), ev2.reason
