@@ -85,6 +85,11 @@ def status_section(v: Verification) -> str:
     return f"{SECTION_START}\n{_say('status_section', v)}\n{SECTION_END}\n"
 
 
+def body_pending(newer: Verification, shown: Verification) -> str:
+    """The PR body's line while a newer commit is measured: the figures are older."""
+    return _say("body_pending", newer, shown)
+
+
 def not_measured_section(vid: str, why: Reason) -> str:
     """The PR body's section when nothing of the PR's head is measured, and why."""
     return f"{SECTION_START}\n{_say('not_measured_section', vid, why)}\n{SECTION_END}\n"

@@ -955,6 +955,32 @@ class ReproView:
     runner_commit: str | None = None
 
 
+@dataclass(frozen=True)
+class CommitsView:
+    """The two commits a verdict is about, each linked to its page where GitHub's address
+    is known (from the evidence's compare link)."""
+
+    head: str
+    base: str
+    head_url: str | None
+    base_url: str | None
+
+
+def commits_view(ev: Evidence) -> CommitsView | None:
+    if not ev.head_sha or not ev.base_sha:
+        return None
+    compare = next((x.url for x in ev.links if x.label == "compare base...head"), None)
+    root = compare.split(f"/{ev.repo}/compare/")[0] if compare and ev.repo else None
+    if root is None or root == compare:
+        return CommitsView(ev.head_sha, ev.base_sha, None, None)
+    return CommitsView(
+        ev.head_sha,
+        ev.base_sha,
+        f"{root}/{ev.head_repo or ev.repo}/commit/{ev.head_sha}",
+        f"{root}/{ev.repo}/commit/{ev.base_sha}",
+    )
+
+
 def reproduce_view(ev: Evidence) -> ReproView:
     r = ev.reproduce
     if r is None:
@@ -1190,6 +1216,7 @@ def _md_context(ev: Evidence, report_url: str | None) -> dict[str, Any]:
         "report_url": inert.own_url(report_url),
         "marker": Markup(COMMENT_MARKER),
         "verdict_note": verdict_note(ev),
+        "commits": commits_view(ev),
         "repro": reproduce_view(ev),
         "counts": severity_counts(ev.audit),
         "rounds_views": rounds_views(ev),

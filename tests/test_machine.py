@@ -154,7 +154,14 @@ def test_every_state_and_event(v: M.Verification, event: M.Event) -> None:
 
 def test_start_dispatches_each_gpu_once() -> None:
     v, effects = M.step(fresh(), M.Start())
-    assert kinds(effects) == ["EnsurePullRequest", "EnsureCheckRun", "Dispatch", "Dispatch"]
+    # The body's section says a newer measurement is under way (when one was published).
+    assert kinds(effects) == [
+        "EnsurePullRequest",
+        "EnsureCheckRun",
+        "UpdatePrBody",
+        "Dispatch",
+        "Dispatch",
+    ]
     assert all(j.state == M.JobState.DISPATCHING for j in v.jobs)
     again, more = M.step(v, M.Start())
     assert (again, more) == (v, ())
@@ -267,7 +274,7 @@ def test_a_lone_failing_gpu_ends_with_its_reason(
     assert v.jobs[0].state == job_state
     assert v.reason is not None
     assert v.reason.code == code
-    assert kinds(e) == ["CompleteCheckRun", "UpsertComment", "EndVerification"]
+    assert kinds(e) == ["CompleteCheckRun", "UpsertComment", "UpdatePrBody", "EndVerification"]
 
 
 def test_every_gpu_failing_ends_with_no_evidence() -> None:
@@ -308,6 +315,7 @@ def test_cancel_stops_live_runs_and_keeps_the_comment_truthful() -> None:
         "CancelRun",
         "CompleteCheckRun",
         "UpsertComment",
+        "UpdatePrBody",
         "EndVerification",
         "Notify",
     ]

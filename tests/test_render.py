@@ -399,7 +399,9 @@ def test_check_levels_in_order(improved: Evidence, monkeypatch: pytest.MonkeyPat
     cut = render_check(ev, REPORT_URL)
     assert len(cut) < len(summary)
     for text in (full, capped, summary, cut):
-        assert text.startswith("## `IMPROVED`: " + ev.reason)
+        head = f"[`{ev.head_sha[:10]}`]"
+        assert text.startswith(f"## `IMPROVED` for head {head}")
+        assert text.split("\n", 1)[0].endswith("): " + ev.reason)
         assert ends_with_reproduce(text, ev)
 
 

@@ -264,3 +264,39 @@ def test_a_drain_that_loses_its_lease_stops(w: World, monkeypatch: pytest.Monkey
     steps.drain(w.svc, vid)
     assert len(w.github.requests) == before  # the other worker carries on
     assert [k for _, k, _ in steps.stuck_effects(w.svc)] == ["UpsertComment"]
+
+
+def test_the_body_says_its_figures_are_older_while_a_newer_commit_is_measured(
+    w: World,
+) -> None:
+    from tests.test_reviews import command
+
+    first = w.promote()
+    w.finish(first)
+    v1 = w.verification(first)
+    number = v1.pr_number or 0
+    w.github.set_permission(appkit.UPSTREAM, "mia", "write")
+
+    def body() -> str:
+        return w.github.pulls[appkit.UPSTREAM.lower()][number].body or ""
+
+    assert "newer measurement" not in body()
+    assert f"for head [`{v1.head_sha[:10]}`]" in body()  # the verdict names its commit
+    w.deliver("issue_comment", command(w.github, number, "/rsi reverify", "mia"), "c1")
+    w.settle()
+    second = w.latest(number).id
+    assert second != first
+    said = body()
+    assert "**A newer measurement is under way:**" in said
+    assert f"verification `{second}`" in said
+    assert f"The figures below are for head `{v1.head_sha[:10]}`" in said
+    w.finish(second)
+    assert "newer measurement" not in body()
+    w.deliver("issue_comment", command(w.github, number, "/rsi reverify", "mia"), "c2")
+    w.settle()
+    third = w.latest(number).id
+    assert "newer measurement" in body()
+    w.complete(third, "H200", "failure")
+    w.settle()
+    assert w.verification(third).state == "failed"
+    assert "newer measurement" not in body()  # it ended: the line goes

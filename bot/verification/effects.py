@@ -629,21 +629,43 @@ def _main_moved(svc: EffectPorts, repo: str, number: int, measured_base: str) ->
 
 
 def update_pr_body(svc: EffectPorts, vid: str, e: M.UpdatePrBody) -> None:
+    """The PR body's evidence section from what is true now: the latest published
+    evidence, and, while a newer commit is being measured, a line at its top saying the
+    figures are for the older commit (a PR with nothing published keeps the section it
+    was opened with)."""
     with svc.db.session() as s:
         v = _load(s, vid)
-        if v.pr_number is None or v.state != M.State.PUBLISHED.value:
-            return
-        good = store.latest_published(s, v.repo, v.pr_number)
-        if good is None or good.id != vid:  # a later verification published meanwhile
+        if v.pr_number is None or v.watch or v.inquiry_id is not None:
             return
         repo, number = v.repo, v.pr_number
-    section = _report_text(svc, vid, "pr-body.md")
+        good = store.latest_published(s, repo, number)
+        if good is None or (v.state == M.State.PUBLISHED.value and good.id != vid):
+            return  # nothing published yet, or a late update of older evidence
+        newer = [
+            x
+            for x in store.active(s, repo, number)
+            if x.state != M.State.AWAITING_APPROVAL.value  # not measured until approved
+            and store.aware(x.created_at) > store.aware(good.published_at or good.created_at)
+        ]
+        note = messages.body_pending(max(newer, key=lambda x: x.created_at), good) if newer else ""
+        gid = good.id
+    section = _report_text(svc, gid, "pr-body.md")
     if section is None:
         return
+    if note:
+        section = with_pending_note(section, note)
     pull = svc.github.pull(repo, number, max_age_s=PULL_MAX_AGE_S)
     new = fit_pr_body(replace_pr_section(pull.body, section))
     if new != pull.body:
-        svc.github.edit_pull_body(repo, number, new, svc.report_url(vid))
+        svc.github.edit_pull_body(repo, number, new, svc.report_url(gid))
+
+
+def with_pending_note(section: str, note: str) -> str:
+    """The section with `note` as a paragraph under its heading (the first line that
+    starts with `###`), or first when it has none."""
+    lines = section.split("\n")
+    at = next((i + 1 for i, line in enumerate(lines) if line.startswith("###")), 0)
+    return "\n".join([*lines[:at], "", note, *lines[at:]])
 
 
 def fit_pr_body(body: str) -> str:

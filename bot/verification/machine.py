@@ -476,7 +476,11 @@ def _start(v: Verification, e: Start) -> tuple[Verification, tuple[Effect, ...]]
     if v.state != State.QUEUED or not pending or e.busy >= e.max_running:
         return v, ()  # already started, or over the GPU budget: the reconciler retries
     effects: list[Effect] = (
-        [] if v.step else [EnsureCheckRun()] if v.watch else [EnsurePullRequest(), EnsureCheckRun()]
+        []
+        if v.step
+        else [EnsureCheckRun()]
+        if v.watch
+        else [EnsurePullRequest(), EnsureCheckRun(), UpdatePrBody()]
     )
     for j in pending:
         v = v.with_job(replace(j, state=JobState.DISPATCHING))
@@ -636,6 +640,8 @@ def _end(
         effects.append(CompleteCheckRun(conclusion, drop_actions=awaited))
     if (comment or awaited) and not v.watch:
         effects.append(UpsertComment())
+    if not v.watch and not v.step:
+        effects.append(UpdatePrBody())  # the body's "newer measurement under way" goes
     effects.append(EndVerification(state, reason))
     if notify and not v.watch:
         effects += _told(v, but)
