@@ -1000,6 +1000,67 @@ def reproduce_view(ev: Evidence) -> ReproView:
     )
 
 
+MAX_ROUNDS = 50  # the most rounds a side one verification may run (`.github/rsi.yml`)
+
+
+@dataclass(frozen=True)
+class NextStep:
+    """What it would take to decide an inconclusive GPU: the pairs a side that would
+    bring its least sensitive undecided row's detectable change down to the threshold at
+    the spread measured (the detectable change shrinks as 1/√pairs), and their GPU time."""
+
+    gpu: str
+    where: str  # mode, concurrency and metric of that row
+    mde_pct: float
+    threshold_pct: float
+    ran: int
+    need: int
+    minutes: float | None  # at this run's GPU minutes a pair, start-ups included
+
+    @property
+    def too_many(self) -> bool:
+        return self.need > MAX_ROUNDS
+
+
+def next_steps(ev: Evidence) -> list[NextStep]:
+    """A step for each GPU kind whose verdict is inconclusive on too wide an interval."""
+    out = []
+    for gpu, g in sorted(ev.gpus.items()):
+        if g.verdict != "inconclusive":
+            continue
+        rows = [
+            r
+            for r in ev.study
+            if r.gpu == gpu
+            and r.primary
+            and r.verdict == "inconclusive"
+            and r.mde_pct
+            and r.threshold_pct
+            and r.threshold_abs is None
+            and r.n_base >= 2
+        ]
+        if not rows:
+            continue
+        r = max(rows, key=lambda x: (x.mde_pct or 0) / (x.threshold_pct or 1))
+        mde, thr = r.mde_pct or 0.0, r.threshold_pct or 1.0
+        need = max(r.n_base + 1, math.ceil(r.n_base * (mde / thr) ** 2))
+        total = g.gpu_minutes.total if g.gpu_minutes else None
+        per_pair = total / g.rounds_per_side if total and g.rounds_per_side else None
+        where = f"{r.mode} c={r.concurrency} {metric_label(r.metric)}"
+        out.append(
+            NextStep(
+                gpu,
+                where,
+                mde,
+                thr,
+                r.n_base,
+                need,
+                None if per_pair is None else per_pair * need,
+            )
+        )
+    return out
+
+
 def verdict_note(ev: Evidence) -> str | None:
     """What the verdict means for the claim, when the two could be read apart."""
     if ev.verdict == "invalid":
@@ -1217,6 +1278,7 @@ def _md_context(ev: Evidence, report_url: str | None) -> dict[str, Any]:
         "marker": Markup(COMMENT_MARKER),
         "verdict_note": verdict_note(ev),
         "commits": commits_view(ev),
+        "next_steps": next_steps(ev),
         "repro": reproduce_view(ev),
         "counts": severity_counts(ev.audit),
         "rounds_views": rounds_views(ev),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import difflib
+import math
 import os
 import re
 from pathlib import Path
@@ -624,3 +625,47 @@ def test_a_rate_judged_by_an_absolute_threshold_shows_its_absolute_change() -> N
     assert (row_delta(wer), row_ci(wer)) == ("+0.00143 (+11.5%)", "[+0.0000300, +0.00250]")
     speed = wer.model_copy(update={"threshold_abs": None, "threshold_pct": 3.0})
     assert (row_delta(speed), row_ci(speed)) == ("+11.5%", "[+0.3%, +22.7%]")
+
+
+def test_an_inconclusive_gpu_ends_with_the_pairs_and_minutes_that_would_decide_it(
+    tmp_path: Path,
+) -> None:
+    """The pairs that bring the least sensitive undecided row's detectable change to the
+    threshold (it shrinks as 1/√pairs), their GPU minutes at this run's rate, and the
+    command; past what one verification may run, what else would help."""
+    spec = SynthSpec(
+        modes=("non-streaming", "streaming"),
+        concurrencies=(8,),
+        rounds=4,
+        requests=120,
+        seed=3,
+        speedup=0.0,
+        round_cv=0.035,
+        gpu_minutes=True,
+    )
+    ev, _ = build(Inputs(bundles=[write_bundle(tmp_path / "b", spec)]))
+    assert ev.verdict == "inconclusive"
+    [step] = render.next_steps(ev)
+    assert step.gpu == "H200"
+    assert step.need == math.ceil(step.ran * (step.mde_pct / step.threshold_pct) ** 2)
+    g = ev.gpus["H200"]
+    assert g.gpu_minutes is not None
+    assert g.gpu_minutes.total is not None
+    assert step.minutes == pytest.approx(g.gpu_minutes.total / g.rounds_per_side * step.need)
+    said = f"`/rsi reverify h200 rounds={step.need}`"
+    for text in (
+        render.render_comment(ev, REPORT_URL),
+        render.render_check(ev, REPORT_URL),
+        render.render_pr_section(ev, REPORT_URL),
+    ):
+        assert "**Next step on H200:**" in text
+        assert said in text
+    noisy = SynthSpec(**{**spec.__dict__, "round_cv": 0.08, "gpu_minutes": False})
+    ev2, _ = build(Inputs(bundles=[write_bundle(tmp_path / "c", noisy)]))
+    [far] = render.next_steps(ev2)
+    assert far.too_many
+    text = render.render_comment(ev2, REPORT_URL)
+    assert "more than one verification may run (at most 50 a side)" in text
+    assert "/rsi reverify" not in text.split("**Next step on H200:**")[1].split("\n")[0]
+    decided, _ = build(Inputs(bundles=[write_bundle(tmp_path / "d", SynthSpec(speedup=0.15))]))
+    assert render.next_steps(decided) == []

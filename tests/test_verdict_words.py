@@ -66,7 +66,7 @@ def published(verdict: str) -> Verification:
 def test_check_run_title_and_conclusion(verdict: str) -> None:
     assert CONCLUSION[verdict] == "neutral"
     title, _ = messages.check_published(published(verdict), "summary")
-    assert title.startswith(f"{verdict}: ")
+    assert title.startswith(f"{verdict} (head ")
 
 
 def test_ledger_and_status_reply_tell_the_two_apart() -> None:
@@ -86,7 +86,9 @@ def test_ledger_and_status_reply_tell_the_two_apart() -> None:
 def test_an_inconclusive_study_says_so_in_every_text(tmp_path: Path) -> None:
     ev, _sources = build(Inputs(bundles=[clean_bundle(tmp_path / "b", round_cv=0.15)]))
     assert ev.verdict == "inconclusive"
-    assert render_check(ev, None).startswith("## `INCONCLUSIVE`: H200 ")
+    first = render_check(ev, None).split("\n", 1)[0]
+    assert first.startswith("## `INCONCLUSIVE` for head ")
+    assert "): H200 " in first
     assert "## Performance evidence: `INCONCLUSIVE`" in render_comment(ev, None)
     (tmp_path / "plots").mkdir()
     report = render_report(ev, tmp_path)
