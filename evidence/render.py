@@ -491,10 +491,14 @@ class CodeGroup:
     code: str
     findings: list[Finding]  # those shown
     more: int  # those left out of the list
+    times: list[int] = field(default_factory=list)  # how many each shown one stands for
 
     @property
     def count(self) -> int:
-        return len(self.findings) + self.more
+        return sum(self.times) + self.more if self.times else len(self.findings) + self.more
+
+    def repeats(self, i: int) -> int:
+        return self.times[i] if i < len(self.times) else 1
 
 
 @dataclass(frozen=True)
@@ -518,11 +522,15 @@ def audit_groups(
     per_code: int | None = None,
     severities: Iterable[Severity] = SEVERITIES,
     codes_shown: int | None = None,
+    *,
+    merge: bool = False,
 ) -> list[SeverityGroup]:
     """Findings by severity (errors first), then by code in order of first appearance.
 
     `per_code` caps the findings listed under one code; `codes_shown` caps how many codes
-    one severity names (for the summary counts).
+    one severity names (for the summary counts); `merge` lists findings with the same code
+    and message once, with how many they are and every GPU they came from (a comment is
+    read, not searched: four identical warnings are one line).
     """
     by_sev: dict[Severity, dict[str, list[Finding]]] = {s: {} for s in severities}
     for f in findings:
@@ -532,14 +540,11 @@ def audit_groups(
     for sev, codes in by_sev.items():
         if not codes:
             continue
-        groups = [
-            CodeGroup(
-                code,
-                fs[:per_code] if per_code is not None else fs,
-                max(0, len(fs) - per_code) if per_code is not None else 0,
-            )
-            for code, fs in codes.items()
-        ]
+        groups = []
+        for code, fs in codes.items():
+            shown, times = _merged(fs) if merge else (fs, [1] * len(fs))
+            kept = shown[:per_code] if per_code is not None else shown
+            groups.append(CodeGroup(code, kept, sum(times[len(kept) :]), times[: len(kept)]))
         more_codes, more_count = 0, 0
         if codes_shown is not None and len(groups) > codes_shown:
             left = groups[codes_shown:]
@@ -547,6 +552,27 @@ def audit_groups(
             more_codes, more_count = len(left), sum(g.count for g in left)
         out.append(SeverityGroup(sev, groups, more_codes, more_count))
     return out
+
+
+def _merged(fs: list[Finding]) -> tuple[list[Finding], list[int]]:
+    """Findings of one code with the same message as one (GPUs, runs and samples joined,
+    at most `ITEMS_SHOWN` of each), and how many each stands for."""
+    by_message: dict[str, list[Finding]] = {}
+    for f in fs:
+        by_message.setdefault(f.message, []).append(f)
+    out, times = [], []
+    for same in by_message.values():
+        first = same[0]
+        if len(same) > 1:
+            gpus = list(dict.fromkeys(f.gpu for f in same if f.gpu))
+            runs = list(dict.fromkeys(r for f in same for r in f.runs))
+            samples = list(dict.fromkeys(x for f in same for x in f.samples))
+            first = first.model_copy(
+                update={"gpu": ", ".join(gpus) or None, "runs": runs, "samples": samples}
+            )
+        out.append(first)
+        times.append(len(same))
+    return out, times
 
 
 def severity_counts(findings: Iterable[Finding]) -> dict[Severity, int]:
@@ -1307,7 +1333,10 @@ def render_comment(ev: Evidence, report_url: str | None, limit: int | None = Non
             configs=configs,
             n_other=n_other,
             groups=audit_groups(
-                ev.audit, d.per_code, codes_shown=CODES_SHOWN if d.findings == "summary" else None
+                ev.audit,
+                d.per_code,
+                codes_shown=CODES_SHOWN if d.findings == "summary" else None,
+                merge=True,
             ),
             environments=environment_views(ev) if d.extras else [],
         )
@@ -1333,6 +1362,7 @@ def render_check(ev: Evidence, report_url: str | None) -> str:
                 d.per_code,
                 severities=("error", "warning"),
                 codes_shown=CODES_SHOWN if d.findings == "summary" else None,
+                merge=True,
             ),
         )
 

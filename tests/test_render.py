@@ -669,3 +669,27 @@ def test_an_inconclusive_gpu_ends_with_the_pairs_and_minutes_that_would_decide_i
     assert "/rsi reverify" not in text.split("**Next step on H200:**")[1].split("\n")[0]
     decided, _ = build(Inputs(bundles=[write_bundle(tmp_path / "d", SynthSpec(speedup=0.15))]))
     assert render.next_steps(decided) == []
+
+
+def test_identical_findings_are_one_line_with_their_count_and_plots_fold(
+    tmp_path: Path,
+) -> None:
+    ev, _ = build(Inputs(bundles=[write_bundle(tmp_path / "b", SynthSpec(speedup=0.15))]))
+    same = "p99 latency from fewer than 100 samples: read it as a rough figure"
+    audit = [
+        Finding(code="too-few-samples", severity="warning", message=same, gpu=g, runs=[f"r{i}"])
+        for i, g in enumerate(["H100", "H100", "H200", "H200"])
+    ]
+    audit.append(Finding(code="too-few-samples", severity="warning", message="other", gpu="H200"))
+    ev = ev.model_copy(update={"audit": audit})
+    comment = render.render_comment(ev, REPORT_URL)
+    lines = [x for x in comment.split("\n") if x.startswith("- `too-few-samples`")]
+    assert len(lines) == 2
+    assert lines[0].startswith("- `too-few-samples` ×4 (H100, H200): ")
+    assert "r0, r1, r2, r3" in lines[0].replace("`", "")
+    assert "**Warnings (5)**" in comment
+    assert "- `too-few-samples` ×4" in render.render_check(ev, REPORT_URL)
+    # The full report lists each one.
+    [group] = render.audit_groups(ev.audit)
+    assert group.codes[0].count == 5
+    assert len(group.codes[0].findings) == 5
