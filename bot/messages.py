@@ -13,7 +13,7 @@ from typing import Any
 
 from markupsafe import Markup
 
-from bot import triggers
+from bot import repeats, triggers
 from bot.approvals import Outsider
 from bot.commands import Mistake
 from bot.models import Verification
@@ -275,10 +275,13 @@ def ledger(
 ) -> str:
     """The ledger table within `budget` characters: the oldest rows fold first."""
     gpus = sorted({g for r in rows for g in r.cells})
+    again = repeats.repeats(
+        (r.sha, g, c.headline) for r in rows for g, c in r.cells.items() if c.headline
+    )
     folded = 0
     while True:
         shown = rows[folded:]
-        text = _say("ledger", shown, gpus, folded, main_moved, base_ref, base_sha)
+        text = _say("ledger", shown, gpus, folded, main_moved, base_ref, base_sha, again)
         if len(text) <= budget or len(shown) <= 1:
             return text
         folded += max(1, (len(shown) + 1) // 4)

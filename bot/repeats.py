@@ -1,0 +1,84 @@
+"""One commit measured more than once on a PR: the measurements pooled and compared.
+
+A maintainer who sees "+13.1%" and, a row below, "+8.0%" for the same commit asks which
+is true. Both are: each is one session's estimate with its own interval. Pooled
+(inverse-variance, in log space) they are one better estimate; compared (the difference
+against the noise of both) they say whether something moved between the sessions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+Z95 = 1.959964
+
+
+@dataclass(frozen=True)
+class Measured:
+    delta_pct: float
+    ci_low_pct: float
+    ci_high_pct: float
+
+
+@dataclass(frozen=True)
+class Repeat:
+    """A commit's headline on one GPU kind, measured `len(values)` times."""
+
+    sha: str
+    gpu: str
+    metric: str
+    mode: str
+    concurrency: int
+    values: tuple[Measured, ...]
+    pooled: Measured
+    difference_pct: float  # last minus first, in points of percent
+    noise_pct: float  # the 95% half-width of that difference if nothing moved
+
+    @property
+    def within_noise(self) -> bool:
+        return abs(self.difference_pct) <= self.noise_pct
+
+
+def _log_se(m: Measured) -> tuple[float, float] | None:
+    if min(m.delta_pct, m.ci_low_pct, m.ci_high_pct) <= -100:
+        return None
+    se = (math.log1p(m.ci_high_pct / 100) - math.log1p(m.ci_low_pct / 100)) / (2 * Z95)
+    return (math.log1p(m.delta_pct / 100), se) if math.isfinite(se) and se > 0 else None
+
+
+def _measured(h: Any) -> Measured | None:
+    if not isinstance(h, dict):
+        return None
+    got = [h.get(k) for k in ("delta_pct", "ci_low_pct", "ci_high_pct")]
+    if not all(isinstance(x, int | float) and math.isfinite(x) for x in got):
+        return None
+    return Measured(float(got[0]), float(got[1]), float(got[2]))  # type: ignore[arg-type]
+
+
+def repeats(rows: Iterable[tuple[str, str, Any]]) -> list[Repeat]:
+    """(sha, GPU kind, headline) of each measurement, oldest first: the commits measured
+    more than once on the same GPU, metric, mode and concurrency, each pooled."""
+    groups: dict[tuple[str, str, str, str, int], list[Measured]] = {}
+    for sha, gpu, h in rows:
+        m = _measured(h)
+        if m is None:
+            continue
+        key = (sha, gpu, str(h.get("metric")), str(h.get("mode")), int(h.get("concurrency") or 0))
+        groups.setdefault(key, []).append(m)
+    out = []
+    for (sha, gpu, metric, mode, conc), values in groups.items():
+        logs = [x for x in (_log_se(m) for m in values) if x is not None]
+        if len(values) < 2 or len(logs) < len(values):
+            continue
+        weights = [1 / se**2 for _, se in logs]
+        est = sum(w * x for w, (x, _) in zip(weights, logs, strict=True)) / sum(weights)
+        half = Z95 / math.sqrt(sum(weights))
+        pooled = Measured(*(100 * math.expm1(x) for x in (est, est - half, est + half)))
+        first, last = logs[0], logs[-1]
+        diff = 100 * (math.expm1(last[0]) - math.expm1(first[0]))
+        noise = 100 * Z95 * math.hypot(first[1], last[1]) * math.exp(est)
+        out.append(Repeat(sha, gpu, metric, mode, conc, tuple(values), pooled, diff, noise))
+    return out
