@@ -324,7 +324,7 @@ def evidence_comment(
         said = Reason.from_json(latest.end_reason)
         # Each GPU's own reason, as the check run names it, unless the end reason is it.
         failed = [j for j in _failed_jobs(latest) if j.reason != said]
-        parts.append(_say("current_status", latest, why, failed))
+        parts.append(_say("current_status", latest, why, failed, _failed_jobs(latest)))
     if good is not None and evidence is not None:
         failed = _failed_jobs(good)
         if latest is not None and latest.id != good.id:

@@ -229,7 +229,13 @@ def test_failed_runner_job_ends_with_a_reason(
     assert v.state == "failed"
     assert v.end_reason == {
         "code": "run-failed",
-        "params": {"gpu": "H200", "conclusion": "failure", "url": v.jobs[0].html_url},
+        # The stand-in's failed job failed at its step "Measure" (an empty log: no lines).
+        "params": {
+            "gpu": "H200",
+            "conclusion": "failure",
+            "url": v.jobs[0].html_url,
+            "step": "Measure",
+        },
     }
     assert "ended `failure`" in ended_because(app, vid)
     final = github.check_run_updates(v.check_run_id or 0)[-1]

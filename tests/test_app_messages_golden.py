@@ -78,6 +78,7 @@ NAMES += ("tip", "branch", "head", "pusher", "spent", "budget", "field", "got", 
 NAMES += ("kind", "verdict", "limit", "steps")
 PARAMS = dict.fromkeys(NAMES, WORDS) | {"url": URL, "problem": WORDS + LONG, "error": WORDS + LONG}
 PARAMS["attempts"] = WORDS
+PARAMS["log"] = [*HOSTILE, "````", "</details>"]  # a failed job's last log lines
 
 
 def reason(code: str) -> Reason:

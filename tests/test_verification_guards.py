@@ -300,3 +300,61 @@ def test_the_body_says_its_figures_are_older_while_a_newer_commit_is_measured(
     w.settle()
     assert w.verification(third).state == "failed"
     assert "newer measurement" not in body()  # it ended: the line goes
+
+
+def test_a_failed_run_says_its_step_and_the_last_lines_of_its_log_inert(w: World) -> None:
+    """The maintainer sees where it failed without opening the runner's logs; the log is
+    the head's own output (untrusted), so it is quoted in a fence, bounded."""
+    vid = w.promote()
+    noise = "\n".join(f"2026-12-06T10:00:{i:02d}.1234567Z line {i}" for i in range(60))
+    hostile = "2026-12-06T10:01:00.0000000Z \x1b[31m@octocat ``` </details> <script>x</script>"
+    crash = "2026-12-06T10:01:01.0000000Z RuntimeError: CUDA out of memory " + "x" * 500
+    log = f"{noise}\n{hostile}\n{crash}"
+    w.complete(vid, "H200", "failure", failed_step="Measure base and head", log=log)
+    w.settle()
+    v = w.verification(vid)
+    assert v.state == "failed"
+    [run] = [r for r in w.github.check_runs.values() if r.external_id == vid]
+    summary = run.output["summary"]
+    assert "ended `failure` at step `Measure base and head`" in summary
+    assert "The last 20 lines of the H200 job's log" in summary
+    assert "line 59" in summary
+    assert "line 40" not in summary  # bounded: the last 20 only
+    assert "2026-12-06T10:00" not in summary  # GitHub's timestamps taken off
+    assert "\x1b" not in summary
+    assert "RuntimeError: CUDA out of memory " + "x" * 150 in summary
+    assert "x" * 300 not in summary  # each line cut
+    fence = summary.split("lines of the H200 job's log")[1]
+    opener = fence.split("\n\n")[1].split("\n")[0]
+    assert opener.startswith("````")  # longer than any backtick run in the lines
+    comment = "\n".join(c.body for c in w.github.comments_on(appkit.UPSTREAM, v.pr_number or 0))
+    assert "at step `Measure base and head`" in comment
+    assert "octocat ``` </details> <script>x</script>" in comment  # text inside the fence
+    assert ".\n\n<details><summary>The last 20 lines" in comment
+
+
+def test_a_failed_run_whose_jobs_github_cannot_list_still_ends_with_its_reason(
+    w: World,
+) -> None:
+    vid = w.promote()
+    w.github.fail_next("GET", r"/actions/runs/\d+/jobs$", 404)
+    w.complete(vid, "H200", "failure", failed_step="Measure", log="boom")
+    w.settle()
+    v = w.verification(vid)
+    assert v.state == "failed"
+    [run] = [r for r in w.github.check_runs.values() if r.external_id == vid]
+    assert "the H200 runner job ended `failure` ([run]" in run.output["summary"]
+    assert "job's log" not in run.output["summary"]
+
+
+def test_a_log_tail_is_bounded_and_plain() -> None:
+    from bot.github.api import LOG_LINE_CHARS, LOG_LINES, log_tail
+
+    text = "\ufeff2026-12-06T10:00:00.1Z first\n" + "\n".join(
+        f"2026-12-06T10:00:01Z \x1b[1;32mok {i}\x1b[0m" for i in range(100)
+    )
+    tail = log_tail(text + "\n\n   \n" + "y" * 1000)
+    assert len(tail) == LOG_LINES
+    assert tail[-1] == "y" * LOG_LINE_CHARS
+    assert tail[-2] == "ok 99"
+    assert log_tail("") == ()

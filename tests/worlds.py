@@ -73,8 +73,13 @@ class World:
             appkit.bundle_zip(self.tmp / f"{vid}-{gpu}-{time.monotonic_ns()}", vid, gpu, **spec),
         )
 
-    def complete(self, vid: str, gpu: str, conclusion: str = "success", tag: str = "") -> None:
-        payload = self.github.complete_run(appkit.RUNNER, self.run_id(vid, gpu), conclusion)
+    def complete(
+        self, vid: str, gpu: str, conclusion: str = "success", tag: str = "", **failed: Any
+    ) -> None:
+        """The run ends (`failed_step`, `log`: where a failed one failed, its job's log)."""
+        payload = self.github.complete_run(
+            appkit.RUNNER, self.run_id(vid, gpu), conclusion, **failed
+        )
         assert self.deliver("workflow_run", payload, f"done-{vid}-{gpu}{tag}") == 202
 
     def finish(self, vid: str, gpu: str = "H200", **spec: Any) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from bot.github.api import Failure, GitHubError
 from bot.verification import machine as M
 from bot.verification import steps, store
 from bot.verification.effects import RUN_NAME
@@ -87,8 +88,22 @@ def started(p: StepPorts, run: Run) -> None:
 def completed(p: StepPorts, run: Run) -> None:
     found = _match(p, run, requested=False)
     if found:
-        event = M.RunCompleted(found[1], run.conclusion, run.html_url)
+        where = _where_it_failed(p, run) if run.conclusion in FAILED else Failure()
+        event = M.RunCompleted(found[1], run.conclusion, run.html_url, where.step, where.lines)
         steps.apply(p, found[0], event)
+
+
+FAILED = frozenset({"failure", "startup_failure", "timed_out"})
+
+
+def _where_it_failed(p: StepPorts, run: Run) -> Failure:
+    """The failed step and the last log lines, for the words that end the job; nothing
+    when GitHub cannot say (the job still ends, with its conclusion)."""
+    try:
+        return p.github.failed_step(p.settings.RSI_RUNNER_REPO, run.id)
+    except GitHubError as exc:
+        log.info("run %s: where it failed is unknown (%s)", run.id, exc)
+        return Failure()
 
 
 def job_started(p: StepPorts, repo: str, run_id: int) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import re
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -330,6 +332,36 @@ class GitHub:
         except (GithubException, RequestException, OSError) as exc:
             raise _error(exc) from exc
 
+    def failed_step(self, repo: str, run_id: int) -> Failure:
+        """Where a failed run failed: its first failed job's failed step and the last lines
+        of that job's log (at most `LOG_LINES`, each cut to `LOG_LINE_CHARS`, timestamps
+        and colour codes taken off). Best effort: whatever GitHub does not answer is left
+        out, and a log past `LOG_MAX_BYTES` gives its step only."""
+        _, doc = self.request(repo, "GET", f"/repos/{repo}/actions/runs/{run_id}/jobs")
+        jobs = [j for j in doc.get("jobs") or [] if isinstance(j, dict)]
+        job = next((j for j in jobs if j.get("conclusion") not in ("success", "skipped")), None)
+        if job is None:
+            return Failure()
+        steps = [x for x in job.get("steps") or [] if isinstance(x, dict)]
+        step = next((x for x in steps if x.get("conclusion") == "failure"), None)
+        name = str(step.get("name"))[:200] if step else None
+        url = str(job.get("html_url") or "") or None
+        with tempfile.TemporaryDirectory(prefix="rsi-log-") as tmp:
+            dest = Path(tmp) / "log.txt"
+            try:
+                self._call(
+                    self.app.download,
+                    self.installation_id(repo),
+                    f"/repos/{repo}/actions/jobs/{int(job['id'])}/logs",
+                    dest,
+                    LOG_MAX_BYTES,
+                )
+                text = dest.read_bytes().decode("utf-8", "replace")
+            except (GitHubError, TooLarge, OSError, KeyError, ValueError) as exc:
+                log.info("run %s: no log lines (%s)", run_id, exc)
+                return Failure(name, (), url)
+        return Failure(name, log_tail(text), url)
+
     def artifact_zip(self, repo: str, run_id: int, name: str, dest: Path, max_bytes: int) -> bool:
         """The run's artifact `name`, streamed into the zip file `dest`; False when it has
         none (or expired). `TooLarge` when it is bigger than `max_bytes`: GitHub's listing
@@ -541,7 +573,35 @@ class GitHub:
 
 
 CHECK_NAME = "rsi/verify"
-WATCH_CHECK_NAME = "rsi/watch"  # a merge to the default branch against its parent
+WATCH_CHECK_NAME = "rsi/watch"
+
+LOG_LINES = 20
+LOG_LINE_CHARS = 200
+LOG_MAX_BYTES = 20 * 1024 * 1024
+_STAMP = re.compile(r"^\ufeff?\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z ")
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Where a runner job failed, for the words that say so."""
+
+    step: str | None = None
+    lines: tuple[str, ...] = ()
+    url: str | None = None
+
+
+def log_tail(text: str) -> tuple[str, ...]:
+    """The last non-empty lines of a job log, without GitHub's timestamps and colours,
+    each cut to a bounded length (the words that quote them make them inert)."""
+    lines = []
+    for raw in text.splitlines()[-4 * LOG_LINES :]:
+        line = _ANSI.sub("", _STAMP.sub("", raw)).rstrip()
+        if line.strip():
+            lines.append(line[:LOG_LINE_CHARS])
+    return tuple(lines[-LOG_LINES:])  # a merge to the default branch against its parent
+
+
 # The identifier of the Approve and verify button on a check run awaiting approval (at
 # most 20 characters); the press is bound to the check run's own head SHA.
 APPROVE_ACTION = "approve-and-verify"

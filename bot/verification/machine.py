@@ -135,6 +135,8 @@ class RunCompleted:
     gpu: str
     conclusion: str
     url: str | None = None
+    step: str | None = None  # a failed run's failed step
+    log: tuple[str, ...] = ()  # and the last lines of its job's log
 
 
 @dataclass(frozen=True)
@@ -537,6 +539,10 @@ def _run_completed(v: Verification, e: RunCompleted) -> tuple[Verification, tupl
     params: dict[str, Any] = {"gpu": j.gpu, "url": url}
     if code == R.RUN_FAILED:
         params["conclusion"] = e.conclusion
+    if e.step:
+        params["step"] = e.step
+    if e.log:
+        params["log"] = list(e.log)
     return _settle(v.with_job(replace(j, state=state, url=url, reason=Reason(code, params))))
 
 

@@ -761,11 +761,21 @@ class GitHubStandIn:
             run.run_started_at = run.run_started_at or run.updated_at
             return self.run_event(repo, run_id, "in_progress")
 
-    def complete_run(self, repo: str, run_id: int, conclusion: str = "success") -> JSONDict:
-        """Finish a run; returns the ``workflow_run`` ``completed`` webhook payload."""
+    def complete_run(
+        self,
+        repo: str,
+        run_id: int,
+        conclusion: str = "success",
+        *,
+        failed_step: str | None = None,
+        log: str = "",
+    ) -> JSONDict:
+        """Finish a run; returns the ``workflow_run`` ``completed`` webhook payload. A
+        failed run's one job failed at ``failed_step``, its log ``log``."""
         with self._lock:
             run = self._run(self.repo(repo), run_id)
             run.status, run.conclusion, run.updated_at = "completed", conclusion, self.clock()
+            run.failed_step, run.log = failed_step, log
             return self.run_event(repo, run_id, "completed")
 
     def run_event(self, repo: str, run_id: int, action: str) -> JSONDict:
@@ -2611,6 +2621,53 @@ class GitHubStandIn:
     @_route("get", "/repos/{owner}/{repo}/actions/runs/{run_id}", permission=(("actions", "read"),))
     def _get_run(self, ctx: _Ctx) -> _Answer:
         return _Answer(200, self._run_json(self._run(ctx.need_repo(), ctx.int_param("run_id"))))
+
+    @_route(
+        "get", "/repos/{owner}/{repo}/actions/runs/{run_id}/jobs", permission=(("actions", "read"),)
+    )
+    def _run_jobs(self, ctx: _Ctx) -> _Answer:
+        """The run's one job (id: run id × 10 + 1), its steps ending at the failed one."""
+        repo = ctx.need_repo()
+        run = self._run(repo, ctx.int_param("run_id"))
+        job = self.openapi.example("job")
+        names = ["Set up job", "Check out the runner", run.failed_step or "Measure"]
+        done = run.status == "completed"
+        steps = [
+            {
+                "name": name,
+                "status": "completed" if done else "in_progress",
+                "conclusion": (run.conclusion if i == len(names) - 1 else "success")
+                if done
+                else None,
+                "number": i + 1,
+                "started_at": _iso(run.created_at),
+                "completed_at": _iso(run.updated_at) if done else None,
+            }
+            for i, name in enumerate(names)
+        ]
+        job.update(
+            id=run.id * 10 + 1,
+            run_id=run.id,
+            run_url=f"{self.url}/repos/{repo.full_name}/actions/runs/{run.id}",
+            head_sha=run.head_sha,
+            status="completed" if done else "in_progress",
+            conclusion=run.conclusion if done else None,
+            steps=steps,
+            created_at=_iso(run.created_at),
+            started_at=_iso(run.created_at),
+            completed_at=_iso(run.updated_at) if done else None,
+            html_url=f"{self.web_url}/{repo.full_name}/actions/runs/{run.id}/job/{run.id * 10 + 1}",
+        )
+        if run.conclusion == "startup_failure":
+            return _Answer(200, {"total_count": 0, "jobs": []})  # no job ever started
+        return _Answer(200, {"total_count": 1, "jobs": [job]})
+
+    @_route(
+        "get", "/repos/{owner}/{repo}/actions/jobs/{job_id}/logs", permission=(("actions", "read"),)
+    )
+    def _job_logs(self, ctx: _Ctx) -> _Answer:
+        run = self._run(ctx.need_repo(), ctx.int_param("job_id") // 10)
+        return _Answer(302, None, {"Location": self._new_blob(run.log.encode())})
 
     @_route(
         "post",

@@ -168,6 +168,8 @@ class Run:
     status: str = "queued"
     conclusion: str | None = None
     run_started_at: datetime | None = None
+    failed_step: str | None = None  # the step a failed run's job failed at
+    log: str = ""  # that job's log, as GitHub serves it
 
 
 @dataclass
