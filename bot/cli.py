@@ -179,6 +179,7 @@ def evidence(
     from evidence.limits import Limits
     from evidence.model import AttributionEntry, Candidate, HistoryEntry
     from evidence.policy import Policy
+    from evidence.render import audit_groups
 
     limits = Limits(
         max_bytes=max_bundle_bytes,
@@ -223,6 +224,14 @@ def evidence(
     errors = sum(1 for f in ev.audit if f.severity == "error")
     warnings = sum(1 for f in ev.audit if f.severity == "warning")
     click.echo(f"audit: {errors} error(s), {warnings} warning(s)")
+    for sev in audit_groups(ev.audit, 3, ("error", "warning"), merge=True):
+        for c in sev.codes:  # each code named, the first few of its findings said
+            for i, f in enumerate(c.findings):
+                times = f" ×{c.repeats(i)}" if c.repeats(i) > 1 else ""
+                where = f" ({f.gpu})" if f.gpu else ""
+                click.echo(f"  {sev.severity} {c.code}{times}{where}: {f.message[:300]}")
+            if c.more:
+                click.echo(f"  … and {c.more} more {c.code} (all in the report)")
     click.echo(f"report: {(out / 'report.html').resolve()}")
 
 
@@ -515,6 +524,30 @@ def runner_repo(directory: Path) -> None:
         f"{directory}: {len(result.written)} written, {len(result.removed)} removed, "
         f"{len(result.unchanged)} unchanged ({', '.join(version)})"
     )
+    for line in _runner_repo_next(directory, bool(result.written or result.removed)):
+        click.echo(line)
+
+
+def _runner_repo_next(directory: Path, changed: bool) -> list[str]:
+    """What to do with the copy: a git clone is committed and pushed; a plain folder
+    becomes one first. Then the runners and the App's settings (README)."""
+    steps = []
+    if not (directory / ".git").exists():
+        steps.append(
+            f"{directory} is not a git clone: `git init` there (or write into a clone of "
+            "your runner repository) and add it as the runner repository's remote"
+        )
+    if changed or steps:
+        git = f"git -C {directory}"
+        steps.append(
+            f"commit and push: {git} add -A && {git} commit -m 'rsi-bot runners' && {git} push"
+        )
+    steps.append(
+        "register a self-hosted runner per GPU kind there, labelled self-hosted, linux and "
+        'h100 or h200 (README, "The runner repository")'
+    )
+    steps.append("set RSI_RUNNER_REPO=OWNER/NAME of that repository in the App's environment")
+    return ["next:"] + [f"  {i}. {x}" for i, x in enumerate(steps, 1)]
 
 
 @main.command("check-config")

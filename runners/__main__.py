@@ -322,6 +322,7 @@ def _sandbox(args: argparse.Namespace) -> int:
             sb = sandbox.Sandbox.open("cgroup", Path(d) / "sandbox", users)
         except sandbox.SandboxError as exc:
             print(f"rsi-runner: {exc}", file=sys.stderr)
+            print("NOT READY: the sandbox cannot be opened here (see above)", file=sys.stderr)
             return 1
         try:
             print(json.dumps(sb.describe(), indent=2))
@@ -330,7 +331,11 @@ def _sandbox(args: argparse.Namespace) -> int:
             sb.close()
     for fix in fixes:
         print(f"rsi-runner: {fix}", file=sys.stderr)
-    return 1 if fixes else 0
+    if fixes:
+        print(f"NOT READY: {len(fixes)} thing(s) to fix first (above)", file=sys.stderr)
+        return 1
+    print("READY: this machine can run candidates in the sandbox")
+    return 0
 
 
 def _reach_fixes(sb: sandbox.Sandbox, python: str, workdir: Path | None) -> list[str]:

@@ -70,6 +70,7 @@ class Rounds:
     gpu_minutes: float | None = None
     alpha: float = 0.05
     warn: Callable[[str], None] = print
+    progress: Callable[[str], None] | None = None  # a line after each look, as it happens
     root: Path = Path(".")  # the bundle folder: the records' `files` are relative to it
     cursor: int = 0  # index in `plan` of the run handed out last
     rows: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -210,10 +211,12 @@ class Rounds:
             look = seqstats.decide_paired(row, pb, ph, second)
         else:
             look = seqstats.decide(row, values[0], values[1])
-        rec = {"row": name, "round": pi + 1, **look.record()}
-        rec["gpu_minutes"] = held_minutes(runs)["total"]
+        minutes = held_minutes(runs)["total"]
+        rec = {"row": name, "round": pi + 1, **look.record(), "gpu_minutes": minutes}
         self.looks.append(rec)
         state["last"] = look
+        if self.progress is not None:
+            self.progress(look_line(name, pi + 1, look, minutes, self.threshold_pct))
         if look.verdict == seqstats.CONTINUE:
             return False
         state["verdict"] = look.verdict
@@ -331,6 +334,22 @@ class Rounds:
             "decisions": decisions,
             "rows": rows,
         }
+
+
+def look_line(name: str, rnd: int, look: seqstats.Look, minutes: float, thr: float) -> str:
+    """One look, for the operator watching a run: the row, its interval, what it says."""
+    if look.delta is None or look.lo is None or look.hi is None:
+        where = "no interval yet"
+    else:
+        where = f"{100 * look.delta:+.1f}% [{100 * look.lo:+.1f}%, {100 * look.hi:+.1f}%]"
+    said = (
+        f"goes on (±{thr:g}% not decided yet)"
+        if look.verdict == seqstats.CONTINUE
+        else f"decided: {look.verdict}"
+    )
+    return (
+        f"{name} after round {rnd}: head vs base {where}; {said}; {minutes:.1f} GPU minutes so far"
+    )
 
 
 def _reason(

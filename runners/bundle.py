@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ class BundleWriter:
         self.out = out
         self.header = dict(header)
         self.runs: list[dict[str, Any]] = []
+        self.on_add: Callable[[dict[str, Any]], None] | None = None  # progress, as runs end
         self.finalized = False
         self.started_at = iso()
 
@@ -54,6 +56,8 @@ class BundleWriter:
         if self.finalized:
             raise BundleError("the manifest is already written")
         self.runs.append(run)
+        if self.on_add is not None:
+            self.on_add(run)
 
     def update(self, **fields: Any) -> None:
         self.header.update(fields)

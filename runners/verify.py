@@ -134,6 +134,7 @@ class Verifier:
             self.o.threshold_pct,
             self.o.gpu_minutes,
             warn=self.warnings.append,
+            progress=self.say,
             root=self.o.out,
             paired=self.design in resident.PAIRED,
             rounds=self.design == "sequential",
@@ -326,9 +327,27 @@ class Verifier:
 
     # ------------------------------------------------------------------ the whole verification
 
+    def say(self, line: str) -> None:
+        """A progress line on stderr: time spent, time left under the total limit."""
+        spent = time.monotonic() - (self.deadline - self.total_timeout)
+        left = max(0.0, self.deadline - time.monotonic())
+        print(f"rsi-runner: [{_clock(spent)} in, {_clock(left)} left] {line}", file=sys.stderr)
+
+    def _ran(self, run: dict[str, Any]) -> None:
+        n = len(self.bundle.runs)
+        took = run.get("duration_s") or run.get("run_s")
+        how = f" in {float(took):.0f} s" if isinstance(took, int | float) else ""
+        why = f": {run.get('reason') or run.get('error')}" if run.get("status") != "ok" else ""
+        self.say(
+            f"run {n} of {len(self.plan)} {run.get('status')}: {run.get('side')} "
+            f"{run.get('mode')} c{run.get('concurrency')} round {run.get('round')}{how}"
+            f"{str(why)[:200]}"
+        )
+
     def run(self) -> int:
         o = self.o
         self.bundle = BundleWriter(o.out, self.header())
+        self.bundle.on_add = self._ran
         complete = False
         code = 1
         interrupted: str | None = None
@@ -395,7 +414,22 @@ class Verifier:
             f"{n['skipped']} skipped of {len(self.plan)}; complete={complete}",
             file=sys.stderr,
         )
+        for line in self._why_stopped(stop_reason or interrupted or error):
+            print(f"rsi-runner: {line}", file=sys.stderr)
         return code
+
+    def _why_stopped(self, early: str | None) -> list[str]:
+        """Why the runs stopped where they did: cut short, or each row's sequential
+        decision (rounds until decided), or the fixed rounds all ran."""
+        if early:
+            return [f"stopped early: {early}"]
+        doc = self.rounds.manifest(cut_short=False) if self.o.adaptive else None
+        if doc is None:
+            return ["stopped: every planned run was made (fixed rounds)"]
+        rows = doc.get("rows") or {}
+        return [f"stopped: {doc.get('stopped')}"] + [
+            f"  {name}: {r.get('verdict')}, {r.get('reason')}" for name, r in rows.items()
+        ]
 
     def _schedule(self) -> str | None:
         """Run the plan in the chosen design; why it stopped early, or None."""
@@ -1021,6 +1055,11 @@ class Verifier:
 
 class _Abort(Exception):
     """The verification cannot go on (checkout or prepare failed)."""
+
+
+def _clock(seconds: float) -> str:
+    m, sec = divmod(int(seconds), 60)
+    return f"{m // 60}:{m % 60:02d}:{sec:02d}" if m >= 60 else f"{m}:{sec:02d}"
 
 
 def _runner_commit() -> str | None:

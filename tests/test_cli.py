@@ -112,6 +112,11 @@ def test_invalid_evidence_still_exits_0(tmp_path: Path) -> None:
     code, stdout, _ = run(str(b), "--out", str(tmp_path / "o"))
     assert code == 0
     assert stdout.startswith("verdict: invalid")
+    # The audit line, then each error and warning by its code: what made it invalid.
+    lines = stdout.split("\n")
+    at = next(i for i, x in enumerate(lines) if x.startswith("audit: "))
+    assert lines[at + 1].startswith("  error ")
+    assert "output-length-shift" in stdout
 
 
 def test_console_script_is_installed(tmp_path: Path) -> None:

@@ -78,6 +78,14 @@ def test_a_head_twice_as_fast_is_decided_in_few_rounds(tmp_path: Path) -> None:
     assert len(ids) == 2 * row["rounds"]
     assert all(x["status"] == "ok" for x in m["runs"])
     _minutes_match(m)
+    # The operator watched it happen: each run and each look as it ended, then why it stopped.
+    said = r.stderr
+    assert said.count(" left] run ") == len(ids)
+    assert "left] run 1 of 16 ok: base non-streaming c4 round 1" in said  # 8 rounds planned
+    assert "left] non-streaming c4 after round 2: head vs base +" in said
+    assert "decided: improved" in said
+    assert "rsi-runner: stopped: decided" in said
+    assert "rsi-runner:   non-streaming c4: improved, improved past ±3% after" in said
 
 
 def test_an_a_a_pair_ends_equivalent_or_inconclusive_and_says_why(tmp_path: Path) -> None:

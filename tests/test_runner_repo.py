@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import subprocess
 from pathlib import Path
 
 import yaml
@@ -137,3 +138,21 @@ def test_a_dir_whose_parent_is_missing_is_refused_not_made(tmp_path: Path) -> No
     assert result.exit_code == 2
     assert f"{tmp_path / 'typo'} is not a folder" in result.stderr
     assert not (tmp_path / "typo").exists()
+
+
+def test_it_ends_with_the_next_steps(tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    out = _run(plain)
+    tail = out[out.index("next:") :]
+    assert f"1. {plain} is not a git clone: `git init` there" in tail
+    assert f"2. commit and push: git -C {plain} add -A" in tail
+    assert "register a self-hosted runner per GPU kind" in tail
+    assert "set RSI_RUNNER_REPO=OWNER/NAME" in tail
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "init", "-q", str(clone)], check=True)
+    first = _run(clone)
+    assert "1. commit and push" in first[first.index("next:") :]
+    again = _run(clone)  # nothing changed: nothing to commit
+    steps = again[again.index("next:") :]
+    assert "commit and push" not in steps
+    assert "1. register a self-hosted runner" in steps

@@ -188,6 +188,8 @@ def test_dry_verify_makes_a_bundle_the_engine_accepts(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert m["schema"] == "rsi-bundle/1"
     assert m["complete"] is True
+    assert r.stderr.count(" left] run ") == len(m["runs"])  # each run said as it ended
+    assert "rsi-runner: stopped: every planned run was made (fixed rounds)" in r.stderr
     assert m["repo"] == "owner/repo"
     assert m["task"] == "dry"
     assert m["gpu"] == "CPU"
@@ -805,6 +807,8 @@ def test_the_sandbox_check_names_an_interpreter_the_candidates_cannot_run(
     base = candidates.USERS["base"]
     assert f"user {base} cannot run {python} ({private} is not searchable" in bad.stderr
     assert "give verify --python" in bad.stderr
+    assert bad.stderr.rstrip().endswith("NOT READY: 2 thing(s) to fix first (above)")  # each side
     assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.rstrip().endswith("READY: this machine can run candidates in the sandbox")
     assert closed.returncode == 1
     assert f"cannot reach the work folder {private / 'work'}: {private} is not" in closed.stderr

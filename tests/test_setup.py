@@ -379,7 +379,12 @@ def test_the_setup_cookie(tmp_path: Path, github: GitHubStandIn) -> None:
     assert "chosen-by-someone" not in other.get("/setup").headers["Set-Cookie"]
     # Not Secure on a plain-HTTP PUBLIC_URL (a local test), or the browser would drop it.
     plain = setup_client(github, tmp_path / ".env", PUBLIC_URL="http://localhost:8000")
-    assert "Secure" not in plain.get("/setup").headers["Set-Cookie"]
+    got = plain.get("/setup")
+    assert "Secure" not in got.headers["Set-Cookie"]
+    # The page itself says GitHub cannot reach a loopback webhook URL (not only the terminal).
+    assert 'id="unreachable"' in got.get_data(as_text=True)
+    assert "GitHub cannot reach this address" in got.get_data(as_text=True)
+    assert 'id="unreachable"' not in client.get("/setup").get_data(as_text=True)
 
 
 def test_setup_is_served_by_gunicorn(tmp_path: Path) -> None:

@@ -45,7 +45,7 @@ from flask import Blueprint, Flask, Response, current_app, request
 from pydantic import ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from bot.config import ConfigError, error_lines
+from bot.config import ConfigError, error_lines, is_loopback_url
 from evidence.render import environment
 
 log = logging.getLogger(__name__)
@@ -295,7 +295,12 @@ def convert(settings: SetupSettings, code: str) -> dict[str, Any]:
 
 def _page(template: str, status: int = 200, **context: Any) -> tuple[Response, int]:
     settings: SetupSettings = current_app.extensions["rsi_setup"]
-    context = {"public_url": settings.public_url, "answered": None, **context}
+    context = {
+        "public_url": settings.public_url,
+        "answered": None,
+        "unreachable": is_loopback_url(settings.public_url),
+        **context,
+    }
     html = environment().get_template(template).render(**context)
     resp = Response(html, mimetype="text/html")
     resp.headers["Cache-Control"] = "no-store"
