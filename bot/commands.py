@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
-NAMES = ("reverify", "verify", "status", "cancel", "help", "justified", "false-alarm")
+NAMES = ("reverify", "verify", "status", "cancel", "help", "justified", "false-alarm", "bisect")
 # A maintainer's answer to a regression alert on a merged PR (`bot.inquiries`).
 ANSWERS = ("justified", "false-alarm")
+ON_ISSUES = (*ANSWERS, "bisect")  # what an alert issue the App opened may be told
 _LINE = re.compile(r"^/rsi(?:\s+(.*))?$")
 _GPU = re.compile(r"^h[0-9]{3}$")
 _SHA = re.compile(r"^[0-9a-f]{7,40}$")

@@ -237,7 +237,7 @@ def _advance(svc: StepPorts, qid: int) -> None:
         if found.found and found.ok and not config.watch.enabled:
             _stop(q, "watch-off", {})
             return
-        if utcnow() - store.aware(q.created_at) > MAX_AGE:
+        if utcnow() - store.aware(q.resumed_at or q.created_at) > MAX_AGE:
             _stop(q, "too-old", {"days": str(MAX_AGE.days)})
             return
     for _ in range(4):  # each pass is one decision; GitHub is read between passes
@@ -252,7 +252,7 @@ def _advance(svc: StepPorts, qid: int) -> None:
             assert q is not None
             repo, lo, hi = q.repo, q.lo_sha, q.hi_sha
         if need == "told":
-            svc.queue.write(repo, pull_writes.REPOSITORY)
+            _carry_out(svc, qid)
             return
         if need == "commits":
             try:
@@ -270,7 +270,7 @@ def _advance(svc: StepPorts, qid: int) -> None:
                     else:
                         q.commits = chain
             if chain is None:
-                svc.queue.write(repo, pull_writes.REPOSITORY)
+                _carry_out(svc, qid)
         elif need == "culprit":
             try:
                 pulls = svc.github.merged_pulls(repo, hi, svc.github.default_branch(repo))
@@ -285,7 +285,20 @@ def _advance(svc: StepPorts, qid: int) -> None:
                 _alert(svc, s, q, config, pulls[0] if pulls else None)
             for number in (pulls[0][0],) if pulls else ():
                 svc.queue.write(repo, number)
-            svc.queue.write(repo, pull_writes.REPOSITORY)
+            _carry_out(svc, qid)
+
+
+def _carry_out(svc: StepPorts, qid: int) -> None:
+    """Have the repository's outbox carried out, and the inquiry's issue's (a resumed
+    hunt says how it ended there)."""
+    with svc.db.session() as s:
+        q = s.get(Inquiry, qid)
+        if q is None:
+            return
+        repo, issue = q.repo, _issue_of(s, q) if q.resumed_at is not None else None
+    svc.queue.write(repo, pull_writes.REPOSITORY)
+    if issue is not None:
+        svc.queue.write(repo, issue)
 
 
 def _repo_of(svc: StepPorts, qid: int) -> str:
@@ -321,7 +334,7 @@ def _decide(svc: StepPorts, qid: int, config: RepoConfig) -> str | None:
         if len(todo) <= 1:
             return "culprit"
         bisected = sum(1 for st in q.steps if st["kind"] == "bisect" and not st.get("retry"))
-        if bisected >= _max_steps(len(q.commits)):
+        if bisected - (q.resumed_steps or 0) >= _max_steps(len(q.commits)):
             _stop(q, "bisect-stuck", {"steps": str(bisected)})
             _tell_unresolved(svc, s, q)
             return "told" if q.alerted_at else None
@@ -492,15 +505,49 @@ def _measure(
 
 def _tell_unresolved(svc: StepPorts, s: Session, q: Inquiry) -> None:
     """A regression the rerun confirmed but the hunt could not trace to one commit is
-    still said, once: an issue naming the range that holds it and why it stopped."""
-    if q.state != "unresolved" or _confirming(q).get("verdict") != "regressed" or q.alerted_at:
+    still said, once: an issue naming the range that holds it and why it stopped (a
+    hunt `/rsi bisect` resumed says it again on that issue)."""
+    if q.state != "unresolved" or _confirming(q).get("verdict") != "regressed":
         return
     series = s.get(Series, q.series_id)
     assert series is not None
-    q.alerted_at = utcnow()
     view = alert_view(svc, q, series)
+    issue = _issue_of(s, q)
+    if q.resumed_at is not None and issue is not None and not _told_since_resume(q):
+        q.end_reason = {**(q.end_reason or {}), "told": True}
+        pull_writes.comment(s, q.repo, issue, messages.unresolved_alert(view))
+        return
+    if q.alerted_at:
+        return
+    q.alerted_at = utcnow()
     title = messages.alert_title(view)
     pull_writes.issue(s, q.repo, title, messages.unresolved_alert(view), [LABEL], about=q.id)
+
+
+def _issue_of(s: Session, q: Inquiry) -> int | None:
+    """The number of the issue the App opened about `q`, once it is open."""
+    return next(
+        (n for n, about in pull_writes.opened_issues(s, q.repo).items() if about == q.id), None
+    )
+
+
+def _told_since_resume(q: Inquiry) -> bool:
+    return bool((q.end_reason or {}).get("told"))
+
+
+def resume_hunt(q: Inquiry, user: str) -> str | None:
+    """`/rsi bisect`: a hunt left unresolved after its rerun confirmed the regression goes
+    on from the range it narrowed, with a step budget of its own; None when it does, else
+    why not ("not-confirmed", or "state" when it is not unresolved)."""
+    if q.state != "unresolved":
+        return "state"
+    if _confirming(q).get("verdict") != "regressed":
+        return "not-confirmed"
+    q.state, q.end_reason, q.verification_id = "bisecting", None, None
+    q.resumed_at, q.resumed_by = utcnow(), user[:100]
+    q.resumed_steps = sum(1 for st in q.steps if st["kind"] == "bisect" and not st.get("retry"))
+    log.info("%s: inquiry %s resumed by %s at %s..%s", q.repo, q.id, user, q.lo_sha, q.hi_sha)
+    return None
 
 
 def _alert(
@@ -517,7 +564,10 @@ def _alert(
     if q.culprit_pr is not None:
         pull_writes.comment(s, q.repo, q.culprit_pr, messages.alert(view, author))
         pull_writes.label(s, q.repo, q.culprit_pr, LABEL)
-    if config.watch.alert_issue or q.culprit_pr is None:
+    issue = _issue_of(s, q) if q.resumed_at is not None else None
+    if issue is not None:  # resumed from its unresolved issue: said there, not in a new one
+        pull_writes.comment(s, q.repo, issue, messages.alert(view, author))
+    elif config.watch.alert_issue or q.culprit_pr is None:
         title = messages.alert_title(view)
         pull_writes.issue(s, q.repo, title, messages.alert(view, author), [LABEL], about=q.id)
     log.warning("%s: %s alerted at %s (PR %s)", q.repo, q.side, q.culprit_sha, q.culprit_pr)

@@ -462,6 +462,11 @@ def alert(view: Any, author: str) -> str:
     return _say("alert", view, author if _LOGIN.match(author or "") else "")
 
 
+def bisect_reply(user: str, q: Any, why: str | None) -> str:
+    """The answer to `/rsi bisect`: resumed (`why` None), or why not."""
+    return _say("bisect_reply", user, q, why)
+
+
 def alert_title(view: Any) -> str:
     return _say("alert_title", view)
 

@@ -380,6 +380,11 @@ class Inquiry(Base):
     triaged_at: Mapped[dt.datetime | None]
     # What the suspect merge's `rsi/watch` check run was last told of the hunt.
     check_said: Mapped[str | None] = mapped_column(String(300), nullable=True)
+    # `/rsi bisect` on the alert issue of a hunt left unresolved: when, by whom, and the
+    # bisection steps already spent then (the resumed hunt has a step budget of its own).
+    resumed_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
+    resumed_by: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    resumed_steps: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # Held while a worker advances it (`bot.leases`): one decision at a time.
     lease_until: Mapped[dt.datetime | None]
     lease_owner: Mapped[str | None] = mapped_column(String(32))

@@ -433,3 +433,47 @@ def test_eight_merges_pushed_one_by_one_read_true_on_the_page_and_the_check(w: W
         rows = s.scalars(select(PullWrite).where(PullWrite.kind == "unlabel")).all()
         assert [(r.done_at is not None, r.error) for r in rows] == [(True, None)] * 2
     w.github.assert_clean()
+
+
+def test_a_hunt_left_unresolved_goes_on_when_a_writer_comments_bisect_on_its_issue(
+    w: World,
+) -> None:
+    """The untraced regression's issue names a command that works on merged code: a
+    writer's `/rsi bisect` there resumes the hunt from the range it narrowed, with a step
+    budget of its own; the culprit is alerted on its PR and said on the same issue (no
+    second issue); anyone else is refused, and a hunt that is not unresolved says so."""
+    confirmed(w)
+    for _ in range(2):  # the first bisection step fails twice: unresolved
+        [step] = steps_running(w)
+        w.complete(step.id, "H200", "failure")
+        w.settle()
+    assert inquiry(w).state == "unresolved"
+    [issue] = list(w.github.issues[appkit.UPSTREAM.lower()].values())
+    assert "comment `/rsi bisect` here" in (issue.body or "")
+
+    def on_issue(body: str, user: str, delivery: str) -> None:
+        payload = command(w.github, issue.number, body, user)
+        del payload["issue"]["pull_request"]
+        assert w.deliver("issue_comment", payload, delivery) == 202
+        w.settle()
+
+    w.github.set_permission(appkit.UPSTREAM, "reader-rae", "read")
+    on_issue("/rsi bisect", "reader-rae", "c-reader")
+    assert inquiry(w).state == "unresolved"
+    w.github.set_permission(appkit.UPSTREAM, WRITER, "write")
+    on_issue("/rsi bisect", WRITER, "c-writer")
+    q = inquiry(w)
+    assert (q.state, q.resumed_by) == ("bisecting", WRITER)
+    replies = [c.body for c in w.github.comments_on(appkit.UPSTREAM, issue.number)]
+    assert any("the hunt goes on from" in b for b in replies)
+    assert measure_steps(w, 9) == 3  # ⌈log₂ 8⌉ steps of its own
+    q = inquiry(w)
+    assert (q.state, q.culprit_pr) == ("alerted", 44), (q.steps, q.end_reason)
+    assert len(w.github.issues[appkit.UPSTREAM.lower()]) == 1  # said on the same issue
+    said = [c.body for c in w.github.comments_on(appkit.UPSTREAM, issue.number)]
+    assert any(CULPRIT[:10] in b and "regression" in b for b in said)
+    assert any("regression" in c.body for c in w.github.comments_on(appkit.UPSTREAM, 44))
+    on_issue("/rsi bisect", WRITER, "c-again")
+    last = w.github.comments_on(appkit.UPSTREAM, issue.number)[-1].body
+    assert "nothing to resume: this hunt is alerted" in last
+    w.github.assert_clean()

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from bot import approvals, inquiries, messages, pull_lease, pull_writes, triggers, watch
-from bot.commands import ANSWERS, Command
+from bot.commands import ANSWERS, ON_ISSUES, Command
 from bot.github.api import Pull
-from bot.models import utcnow
+from bot.models import Inquiry, utcnow
 from bot.repo_config import Budget, Plan, RepoConfig
 from bot.verification import machine as M
 from bot.verification import reasons as R
@@ -60,7 +60,7 @@ class Comment:
 def commented(p: StepPorts, c: Comment, cmd: Command) -> None:
     """Act on a parsed command; whatever it says is written to the PR's outbox and carried
     out after, however the command ended."""
-    if not c.on_pull and cmd.name not in ANSWERS:
+    if not c.on_pull and cmd.name not in ON_ISSUES:
         return  # on an issue, only an answer to an alert issue the App opened
     if not c.on_pull:
         with p.db.session() as s:
@@ -69,6 +69,10 @@ def commented(p: StepPorts, c: Comment, cmd: Command) -> None:
     if cmd.name in ANSWERS and not cmd.errors:  # an answer to an alert on a merged PR
         with _then_carried_out(p, c):
             _answer(p, c, cmd.name)
+        return
+    if cmd.name == "bisect":  # resume a hunt left unresolved, on its alert issue
+        with _then_carried_out(p, c):
+            _bisect(p, c)
         return
     with p.db.session() as s:
         tracked = store.pull_request(s, c.repo, c.number) is not None
@@ -198,6 +202,29 @@ def _answer(p: StepPorts, c: Comment, answer: str) -> None:
         told = q is not None and inquiries.tell_check(p, s, q)
     if told:
         p.queue.write(c.repo, pull_writes.REPOSITORY)
+
+
+def _bisect(p: StepPorts, c: Comment) -> None:
+    """`/rsi bisect` on the issue that said a confirmed regression was not traced: the
+    hunt goes on from the range it narrowed (writers only: it spends the watch's GPU
+    minutes); the hunt's own words follow on its check run and, when it ends, here."""
+    with p.db.session() as s:
+        if approvals.recently_refused(s, c.repo, c.number, c.user):
+            return
+    permission = p.github.permission(c.repo, c.user, max_age_s=0.0)
+    with p.db.session() as s:
+        if not _take(s, c):
+            return
+        if permission not in approvals.WRITERS:
+            _refuse(s, c, permission)
+            return
+        about = pull_writes.opened_issues(s, c.repo).get(c.number)
+        q = s.get(Inquiry, about) if about is not None else None
+        why = inquiries.resume_hunt(q, c.user) if q is not None else "no-hunt"
+        pull_writes.comment(s, c.repo, c.number, messages.bisect_reply(c.user, q, why))
+        qid = q.id if q is not None and why is None else None
+    if qid is not None:
+        inquiries.advance(p, qid)
 
 
 def _verify_pull(
