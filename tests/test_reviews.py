@@ -273,7 +273,9 @@ def test_status_and_help(app: Flask, client: FlaskClient, github: GitHubStandIn)
     bodies = [c.body for c in github.comments_on(appkit.UPSTREAM, number)]
     status = next(b for b in bodies if b.startswith(f"@maintainer-mia verification `{vid}`"))
     assert "**dispatched**" in status
-    assert "queued for" in status
+    # Dispatched at once (no "queued for 0 s"); its runner named in words, with its run.
+    assert "- dispatched as soon as it was queued" in status
+    assert "- runners: H200 waiting for a runner to pick it up ([run](" in status
     assert "GPU time not estimated yet" in status  # nothing recorded for the task
     assert any(
         b.startswith("unknown command `frobnicate`") and "/rsi reverify" in b for b in bodies
