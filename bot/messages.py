@@ -176,6 +176,7 @@ class LedgerRow:
     cells: dict[str, Cell] = field(default_factory=dict)
     claim: str = ""
     current: bool = False
+    url: str | None = None  # the commit's page
 
 
 @dataclass(frozen=True)
@@ -253,16 +254,26 @@ def _row(v: Verification, current: bool) -> LedgerRow:
     return row
 
 
-def ledger_rows(verifications: list[Verification], current: str) -> list[LedgerRow]:
+def ledger_rows(
+    verifications: list[Verification], current: str, web_url: str | None = None
+) -> list[LedgerRow]:
     """Oldest first: a row for every verification that measured (a published row is
     never replaced: measuring a commit again adds a row), and each commit's latest
-    verification when nothing measured came after it (its status: running, failed…)."""
+    verification when nothing measured came after it (its status: running, failed…);
+    each commit linked to its page under `web_url`."""
     last = {v.head_sha: i for i, v in enumerate(verifications)}
-    return [
-        _row(v, v.id == current)
-        for i, v in enumerate(verifications)
-        if v.headline or v.state == State.PUBLISHED.value or last[v.head_sha] == i
-    ]
+    rows = []
+    for i, v in enumerate(verifications):
+        if v.headline or v.state == State.PUBLISHED.value or last[v.head_sha] == i:
+            row = _row(v, v.id == current)
+            if web_url and _SLUG.fullmatch(v.head_repo or "") and _SHA.fullmatch(v.head_sha):
+                row.url = f"{web_url}/{v.head_repo}/commit/{v.head_sha}"
+            rows.append(row)
+    return rows
+
+
+_SLUG = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+")
+_SHA = re.compile(r"[0-9a-f]{40}")
 
 
 def ledger(
@@ -296,16 +307,18 @@ def evidence_comment(
     main_moved: int,
     base_ref: str,
     ledger_budget: int,
+    web_url: str | None = None,
 ) -> str:
     """Marker, ledger, the latest verification's status, then the latest good evidence:
-    a later failure adds a row and a line; it never takes the evidence away."""
+    a later failure adds a row and a line; it never takes the evidence away. Commits
+    link to their pages under `web_url` (GitHub's address)."""
     # The newest head awaits approval: the top says so, and its row is the current one.
     last = verifications[-1] if verifications else None
     waiting = last if last and last.state == State.AWAITING_APPROVAL.value else None
     # Merged or closed (what still ran was cancelled): no command to invite, not even
     # `/rsi reverify base=main` for a main that moved on.
     closed = last is not None and bool(_say("closed_pr", last))
-    rows = ledger_rows(verifications, waiting.id if waiting else current)
+    rows = ledger_rows(verifications, waiting.id if waiting else current, web_url)
     parts = [COMMENT_MARKER]
     if waiting is not None:
         parts.append(_say("awaiting_approval", waiting, _awaits(waiting)))

@@ -197,7 +197,7 @@ def test_a_deleted_evidence_comment_is_written_again(w: World, opened_by: str) -
     [again] = evidence_comments(w, number)
     assert again.id != gone.id
     assert "throughput" in again.body
-    assert f"**`{HEAD_SHA[:10]}`**" in again.body  # the ledger names the current commit
+    assert f"**[`{HEAD_SHA[:10]}`](" in again.body  # the ledger names the current commit
     assert w.github.count("PATCH", rf"/issues/comments/{gone.id}$") == 0  # 404 on its GET
     w.github.assert_clean()
 

@@ -145,10 +145,12 @@ def test_review_round_trusted_push_reverify_and_ledger(
     body = evidence_comment(github, number)
     assert "### Commits verified on this PR" in body
     ledger = body.split("### Commits verified on this PR", 1)[1].split("\n\n", 2)[1]
-    rows = [ln for ln in ledger.splitlines() if ln.startswith("| `") or ln.startswith("| **")]
+    rows = [ln for ln in ledger.splitlines() if ln.startswith(("| [`", "| **["))]
     assert len(rows) == 2, ledger
-    assert rows[0].startswith(f"| `{v1.head_sha[:10]}`")
-    assert rows[1].startswith(f"| **`{NEW_SHA[:10]}`**")
+    # Each commit linked to its page; the current one in bold.
+    url = "https://github.com/openrsi-bot/sglang-omni/commit/"
+    assert rows[0].startswith(f"| [`{v1.head_sha[:10]}`]({url}{v1.head_sha})")
+    assert rows[1].startswith(f"| **[`{NEW_SHA[:10]}`]({url}{NEW_SHA})**")
     assert "push after review by `@maintainer-mia`" in rows[1]
 
     # A maintainer asks again: same head, a fresh verification; the ledger grows.

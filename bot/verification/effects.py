@@ -599,6 +599,7 @@ def upsert_comment(svc: EffectPorts, vid: str, e: M.UpsertComment) -> None:
             main_moved=moved,
             base_ref=base_ref,
             ledger_budget=LEDGER_BUDGET,
+            web_url=svc.settings.web_url,
         )
     link = svc.report_url(good_id or vid)
     if known is not None and svc.github.edit_own_comment(repo, number, known, body, link):
