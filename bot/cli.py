@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -174,6 +175,7 @@ def evidence(
     input beyond the bounds (docs/bounds.md) included, and on bundles that are not one
     verification's (different verifications, or one GPU kind twice).
     """
+    from evidence import inert
     from evidence.build import Inputs, build, read_json_file, write
     from evidence.errors import InputError, NotOneVerification
     from evidence.limits import Limits
@@ -229,7 +231,8 @@ def evidence(
             for i, f in enumerate(c.findings):
                 times = f" ×{c.repeats(i)}" if c.repeats(i) > 1 else ""
                 where = f" ({f.gpu})" if f.gpu else ""
-                click.echo(f"  {sev.severity} {c.code}{times}{where}: {f.message[:300]}")
+                said = inert.clean(f"{c.code}{times}{where}: {f.message[:300]}")
+                click.echo(f"  {sev.severity} {said}")
             if c.more:
                 click.echo(f"  … and {c.more} more {c.code} (all in the report)")
     click.echo(f"report: {(out / 'report.html').resolve()}")
@@ -538,7 +541,7 @@ def _runner_repo_next(directory: Path, changed: bool) -> list[str]:
             "your runner repository) and add it as the runner repository's remote"
         )
     if changed or steps:
-        git = f"git -C {directory}"
+        git = f"git -C {shlex.quote(str(directory))}"
         steps.append(
             f"commit and push: {git} add -A && {git} commit -m 'rsi-bot runners' && {git} push"
         )

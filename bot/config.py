@@ -170,15 +170,19 @@ def check_private_key(pem: str) -> None:
 
 
 def is_loopback_url(url: str) -> bool:
-    """Whether `url`'s host is this machine only (localhost, 127.0.0.0/8, ::1), which
-    GitHub cannot deliver webhooks to."""
-    host = (urlsplit(url).hostname or "").lower().rstrip(".")
+    """Whether `url`'s host is this machine only (localhost, 127.0.0.0/8, ::1, 0.0.0.0),
+    which GitHub cannot deliver webhooks to, or no host at all."""
+    try:
+        host = (urlsplit(url).hostname or "").lower().rstrip(".")
+    except ValueError:  # not a URL at all (`http://[::1`): nothing GitHub can reach either
+        return True
     if host == "localhost" or host.endswith(".localhost"):
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        ip = ipaddress.ip_address(host)
     except ValueError:
         return False
+    return ip.is_loopback or ip.is_unspecified  # a private one may be GitHub Enterprise's
 
 
 def loopback_warning(url: str) -> str | None:

@@ -281,6 +281,7 @@ class PointView:
     band_low: float | None = None
     band_high: float | None = None
     measurements: tuple[Measurement, ...] = ()
+    pooled: bool = False  # the change pools several of them (else the latest stands)
 
     @property
     def confirmed(self) -> bool:
@@ -340,11 +341,27 @@ def history(s: Session, repo: str, f: Filter) -> list[SeriesView]:
     return views
 
 
+def used(rows: list[SeriesPoint]) -> list[SeriesPoint]:
+    """The measurements a merge's point rests on: those of the first's parent, pooled when
+    they agree within their noise; when the latest disagrees with the others (the hunt's
+    rerun cleared what the watch saw, or confirmed it much larger), the latest alone, as
+    the hunt itself trusts the rerun."""
+    same = [r for r in rows if r.parent_sha == rows[0].parent_sha]
+    if len(same) < 2:
+        return same
+    first, last = _log_se(same[0]), _log_se(same[-1])
+    if first is None or last is None:
+        return same
+    if abs(last[0] - first[0]) > Z95 * math.hypot(first[1], last[1]):
+        return [same[-1]]
+    return same
+
+
 def pooled(rows: list[SeriesPoint]) -> tuple[float, float | None, float | None, float | None]:
     """The change of a merge from its measurements of the same parent as the first:
     inverse-variance mean of log(1 + change), its 95% interval and the log variance; with
     a measurement lacking an interval, the latest one's change and no variance."""
-    same = [r for r in rows if r.parent_sha == rows[0].parent_sha]
+    same = used(rows)
     found = [_log_se(r) for r in same]
     logs = [x for x in found if x is not None]
     if len(logs) < len(same):
@@ -405,7 +422,8 @@ def _point(
     var: float,
 ) -> PointView:
     first, last = rows[0], rows[-1]
-    half = Z95 * math.sqrt(var) if math.isfinite(var) else None
+    shown = used(rows)
+    half = Z95 * math.sqrt(var) if math.isfinite(var) and var < 4.0 else None
     return PointView(
         sha=first.sha,
         parent_sha=first.parent_sha,
@@ -416,8 +434,8 @@ def _point(
         change_pct=change,
         ci_low_pct=lo,
         ci_high_pct=hi,
-        verdict=last.verdict,
-        pairs=sum(r.pairs or 0 for r in rows) or None,
+        verdict=shown[-1].verdict,
+        pairs=sum(r.pairs or 0 for r in shown) or None,
         head_value=first.head_value,
         parent_value=first.parent_value,
         change_point=next((r.change_point for r in rows if r.change_point), None),
@@ -426,6 +444,7 @@ def _point(
         index=index,
         band_low=None if half is None else index * math.exp(-half),
         band_high=None if half is None else index * math.exp(half),
+        pooled=len(shown) > 1,
         measurements=tuple(
             Measurement(
                 r.verification_id,

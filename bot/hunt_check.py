@@ -77,13 +77,19 @@ def tell(svc: EffectPorts, s: Session, q: Inquiry, hunt: Hunt) -> bool:
     if q.check_said == said:
         return False
     key = f"reports/{v.id}/check.md"
-    check_md = svc.store.get_bytes(key).decode("utf-8") if svc.store.exists(key) else ""
+    try:
+        check_md = svc.store.get_bytes(key).decode("utf-8") if svc.store.exists(key) else ""
+    except Exception:  # the store is down: the hunt's words, the evidence by its link
+        log.warning("%s: %s unreadable; the check run links the report", q.repo, key)
+        check_md = ""
+    if not check_md.strip():
+        check_md = messages.evidence_linked(svc.report_url(v.id))
     title, summary = messages.check_published(v, check_md)
     pull_writes.check(
         s,
         q.repo,
         v.check_run_id,
-        f"{title} · {suffix}",
+        f"{suffix} · {title}",  # the hunt first: a long title is cut at its end
         f"{paragraph}\n\n{summary}",
         hunt.history_url.partition("#")[0],  # the series' filters, as the check run had
     )

@@ -191,7 +191,7 @@ def advance(svc: StepPorts, qid: int) -> None:
             told = q is not None and tell_check(svc, s, q)
             repo = q.repo if q is not None else ""
         if told:
-            svc.queue.write(repo, pull_writes.REPOSITORY)
+            svc.queue.write(repo, pull_writes.CHECKS)
     finally:
         leases.give_back(svc.db, Inquiry, where, token)
 
@@ -211,7 +211,8 @@ def tell_check(svc: EffectPorts, s: Session, q: Inquiry) -> bool:
         lo=q.lo_sha,
         hi=q.hi_sha,
         commits=len(q.commits or []),
-        bisected=sum(1 for st in q.steps if st["kind"] == "bisect" and not st.get("retry")),
+        bisected=sum(1 for st in q.steps if st["kind"] == "bisect" and not st.get("retry"))
+        - (q.resumed_steps or 0),  # a resumed hunt counts its own steps
         max_steps=_max_steps(len(q.commits)) if q.commits else None,
         confirm_pct=_num(first.get("change_pct")),
         confirm_verdict=str(first.get("verdict") or "") or None,
@@ -224,7 +225,11 @@ def tell_check(svc: EffectPorts, s: Session, q: Inquiry) -> bool:
         + f"#series-{series.id}",
         pr_url=f"{web}/{q.repo}/pull/{q.culprit_pr}" if q.culprit_pr else None,
     )
-    return hunt_check.tell(svc, s, q, hunt)
+    try:
+        return hunt_check.tell(svc, s, q, hunt)
+    except Exception:  # words on a check run never undo the state they tell
+        log.exception("%s: inquiry %s: its check run could not be told", q.repo, q.id)
+        return False
 
 
 def _advance(svc: StepPorts, qid: int) -> None:
@@ -656,10 +661,10 @@ def _num(x: Any) -> float | None:
 # --------------------------------------------------------------------------- answers
 
 
-def triage(s: Session, repo: str, number: int, answer: str, user: str) -> Inquiry | None:
+def triage(s: Session, repo: str, number: int, answer: str, user: str) -> list[Inquiry]:
     """A maintainer's answer to the alerts on PR `number` (each series that saw the
-    culprit), or to the alert issue `number` the App opened; the newest of them, or None
-    when there is none to answer."""
+    culprit), or to the alert issue `number` the App opened; those answered, newest
+    first (none when there is none to answer)."""
     found = list(
         s.scalars(
             select(Inquiry)
@@ -673,7 +678,14 @@ def triage(s: Session, repo: str, number: int, answer: str, user: str) -> Inquir
         found = [q] if q is not None and q.alerted_at is not None else []
     for q in found:
         q.triage, q.triaged_by, q.triaged_at = answer, user, utcnow()
-    return found[0] if found else None
+    return found
+
+
+def labelled(s: Session, q: Inquiry) -> list[int]:
+    """Where an alert put the `perf-regression` label: the culprit PR and the issue the
+    App opened about it."""
+    issue = _issue_of(s, q)
+    return [n for n in (q.culprit_pr, issue) if n is not None]
 
 
 def quality(s: Session, series_ids: list[int]) -> dict[int, Quality]:

@@ -154,6 +154,11 @@ def check_published(v: Verification, check_md: str) -> tuple[str, str]:
     return _say("title_published", v, failed), check_md
 
 
+def evidence_linked(report_url: str) -> str:
+    """A check run's evidence when its summary could not be read back: the report."""
+    return _say("evidence_linked", report_url)
+
+
 def hunt_check(h: Any) -> tuple[str, str]:
     """The words a hunt adds to its suspect merge's check run: the title's tail, and the
     paragraph above the evidence (`bot.hunt_check.Hunt`)."""
@@ -177,6 +182,7 @@ class LedgerRow:
     claim: str = ""
     current: bool = False
     url: str | None = None  # the commit's page
+    base: str = ""  # the base it was measured against
 
 
 @dataclass(frozen=True)
@@ -266,6 +272,7 @@ def ledger_rows(
     for i, v in enumerate(verifications):
         if v.headline or v.state == State.PUBLISHED.value or last[v.head_sha] == i:
             row = _row(v, v.id == current)
+            row.base = v.base_sha
             if web_url and _SLUG.fullmatch(v.head_repo or "") and _SHA.fullmatch(v.head_sha):
                 row.url = f"{web_url}/{v.head_repo}/commit/{v.head_sha}"
             rows.append(row)
@@ -287,7 +294,7 @@ def ledger(
     """The ledger table within `budget` characters: the oldest rows fold first."""
     gpus = sorted({g for r in rows for g in r.cells})
     again = repeats.repeats(
-        (r.sha, g, c.headline) for r in rows for g, c in r.cells.items() if c.headline
+        (r.sha, r.base, g, c.headline) for r in rows for g, c in r.cells.items() if c.headline
     )
     folded = 0
     while True:

@@ -81,6 +81,9 @@ def react(s: Session, repo: str, number: int, comment_id: int, content: str) -> 
 
 # The number of the repository's own outbox: writes that belong to no PR (a new issue).
 REPOSITORY = 0
+# The outbox of check-run words: a check update GitHub keeps refusing never holds up an
+# alert issue queued behind it.
+CHECKS = -1
 
 
 def opened_issues(s: Session, repo: str) -> dict[int, int]:
@@ -113,11 +116,11 @@ def unlabel(s: Session, repo: str, number: int, name: str) -> None:
 def check(
     s: Session, repo: str, check_run_id: int, title: str, summary: str, details_url: str
 ) -> None:
-    """Rewrite a check run's words (its conclusion stays) once the session commits: the
-    repository's outbox, so that it follows the state it tells."""
+    """Rewrite a check run's words (its conclusion stays) once the session commits, in
+    the repository's outbox of check words (`CHECKS`)."""
     params = {"check_run_id": check_run_id, "title": title, "summary": summary}
     params["details_url"] = details_url
-    s.add(PullWrite(repo=repo, pr_number=REPOSITORY, kind="check", params=params))
+    s.add(PullWrite(repo=repo, pr_number=CHECKS, kind="check", params=params))
 
 
 def issue(

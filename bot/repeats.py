@@ -58,18 +58,19 @@ def _measured(h: Any) -> Measured | None:
     return Measured(float(got[0]), float(got[1]), float(got[2]))  # type: ignore[arg-type]
 
 
-def repeats(rows: Iterable[tuple[str, str, Any]]) -> list[Repeat]:
-    """(sha, GPU kind, headline) of each measurement, oldest first: the commits measured
-    more than once on the same GPU, metric, mode and concurrency, each pooled."""
-    groups: dict[tuple[str, str, str, str, int], list[Measured]] = {}
-    for sha, gpu, h in rows:
+def repeats(rows: Iterable[tuple[str, str, str, Any]]) -> list[Repeat]:
+    """(head sha, base sha, GPU kind, headline) of each measurement, oldest first: the
+    commits measured more than once against the same base on the same GPU, metric, mode
+    and concurrency, each pooled (against another base it is another change)."""
+    groups: dict[tuple[str, str, str, str, str, int], list[Measured]] = {}
+    for sha, base, gpu, h in rows:
         m = _measured(h)
         if m is None:
             continue
-        key = (sha, gpu, str(h.get("metric")), str(h.get("mode")), int(h.get("concurrency") or 0))
-        groups.setdefault(key, []).append(m)
+        mode, conc = str(h.get("mode")), int(h.get("concurrency") or 0)
+        groups.setdefault((sha, base, gpu, str(h.get("metric")), mode, conc), []).append(m)
     out = []
-    for (sha, gpu, metric, mode, conc), values in groups.items():
+    for (sha, _base, gpu, metric, mode, conc), values in groups.items():
         logs = [x for x in (_log_se(m) for m in values) if x is not None]
         if len(values) < 2 or len(logs) < len(values):
             continue

@@ -443,6 +443,7 @@ class RepoConfig(BaseModel):
                 "failure_rate_max": t.failure_rate,
                 "guard_other_rows_pct": self.guards.other_rows_pct,
                 "lead": self.headline.lead(),
+                "max_rounds": self.budget.max_rounds,
             }
         )
 

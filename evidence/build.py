@@ -144,6 +144,7 @@ def build(inputs: Inputs) -> tuple[Evidence, list[Source]]:
         head_sha=m.head.sha,
         head_repo=m.head.repo,
         threshold_pct=policy.threshold_pct,
+        max_rounds=policy.max_rounds,
         gpus=gpus,
         audit=findings,
         study=rows,

@@ -784,6 +784,8 @@ class Evidence(BaseModel):
     candidate: dict[str, Any] | None = None
     inputs: list[str] = Field(default_factory=list)
     per_request_audit: bool = True
+    # The most rounds a side one command may ask in the repository (None: not known).
+    max_rounds: int | None = None
 
     model_config = ConfigDict(populate_by_name=True)
 

@@ -51,6 +51,7 @@ class Policy(BaseModel):
     history_z: float = 3.0
     history_pct: float = 5.0
     lead: Lead | None = None  # the repository's `headline:` (else the claim's row leads)
+    max_rounds: int | None = None  # what one command may ask (`budget.max_rounds`)
 
     def guard_pct(self, metric: str) -> float | None:
         """The regression a guarded row may show before it lowers the verdict."""

@@ -1042,10 +1042,35 @@ class NextStep:
     ran: int
     need: int
     minutes: float | None  # at this run's GPU minutes a pair, start-ups included
+    allowed: int | None = None  # the repository's `budget.max_rounds`, when known
 
     @property
     def too_many(self) -> bool:
         return self.need > MAX_ROUNDS
+
+    @property
+    def past_budget(self) -> bool:
+        return self.allowed is not None and self.need > self.allowed
+
+
+def _to_decide(r: StudyRow, thr: float) -> int:
+    """For a row whose interval already excludes zero (a change there is, its size in
+    doubt): the pairs that would shrink the interval enough to decide at its estimate,
+    inside ±thr (equivalent) when it is below the threshold, past it otherwise (an
+    estimate near the threshold needs many: its interval must clear a close line). An
+    interval around zero is planned by the detectable change instead."""
+    if r.delta_pct is None or r.ci_low_pct is None or r.ci_high_pct is None:
+        return 0
+    if r.ci_low_pct <= 0 <= r.ci_high_pct:
+        return 0
+    half = (r.ci_high_pct - r.ci_low_pct) / 2
+    d = abs(r.delta_pct)
+    room = thr - d if d < thr else d - thr
+    if half <= 0:
+        return 0
+    if room <= 0:
+        return MAX_ROUNDS + 1
+    return math.ceil(r.n_base * (half / room) ** 2)
 
 
 def next_steps(ev: Evidence) -> list[NextStep]:
@@ -1069,7 +1094,7 @@ def next_steps(ev: Evidence) -> list[NextStep]:
             continue
         r = max(rows, key=lambda x: (x.mde_pct or 0) / (x.threshold_pct or 1))
         mde, thr = r.mde_pct or 0.0, r.threshold_pct or 1.0
-        need = max(r.n_base + 1, math.ceil(r.n_base * (mde / thr) ** 2))
+        need = max(r.n_base + 1, math.ceil(r.n_base * (mde / thr) ** 2), _to_decide(r, thr))
         total = g.gpu_minutes.total if g.gpu_minutes else None
         per_pair = total / g.rounds_per_side if total and g.rounds_per_side else None
         where = f"{r.mode} c={r.concurrency} {metric_label(r.metric)}"
@@ -1082,6 +1107,7 @@ def next_steps(ev: Evidence) -> list[NextStep]:
                 r.n_base,
                 need,
                 None if per_pair is None else per_pair * need,
+                ev.max_rounds,
             )
         )
     return out

@@ -334,7 +334,7 @@ def _sandbox(args: argparse.Namespace) -> int:
     if fixes:
         print(f"NOT READY: {len(fixes)} thing(s) to fix first (above)", file=sys.stderr)
         return 1
-    print("READY: this machine can run candidates in the sandbox")
+    print("READY: this machine can run candidates in the sandbox", file=sys.stderr)
     return 0
 
 

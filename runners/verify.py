@@ -334,6 +334,10 @@ class Verifier:
         print(f"rsi-runner: [{_clock(spent)} in, {_clock(left)} left] {line}", file=sys.stderr)
 
     def _ran(self, run: dict[str, Any]) -> None:
+        """A run as it ends; the runs an early stop skips are counted at the end, not said
+        one by one (a stopped plan would bury the error above them)."""
+        if run.get("status") == "skipped":
+            return
         n = len(self.bundle.runs)
         took = run.get("duration_s") or run.get("run_s")
         how = f" in {float(took):.0f} s" if isinstance(took, int | float) else ""

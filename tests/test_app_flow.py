@@ -229,12 +229,12 @@ def test_failed_runner_job_ends_with_a_reason(
     assert v.state == "failed"
     assert v.end_reason == {
         "code": "run-failed",
-        # The stand-in's failed job failed at its step "Measure" (an empty log: no lines).
+        # The stand-in's failed job failed at its verify step (an empty log: no lines).
         "params": {
             "gpu": "H200",
             "conclusion": "failure",
             "url": v.jobs[0].html_url,
-            "step": "Measure",
+            "step": "Verify base and head",
         },
     }
     assert "ended `failure`" in ended_because(app, vid)

@@ -188,6 +188,8 @@ def test_loopback_addresses() -> None:
         "http://127.0.0.1:8000",
         "http://127.3.2.1",
         "http://[::1]:8000",
+        "http://0.0.0.0:8000",
+        "http://[::1",  # not a URL: nothing GitHub reaches either
     ):
         assert is_loopback_url(url), url
     for url in ("https://rsi.example.com", "http://10.0.0.5:8000", "http://[2001:db8::1]"):

@@ -146,6 +146,21 @@ def test_a_merge_measured_again_is_one_point_its_measurements_pooled(
     assert rows["points"][-1]["measurements"] == 2
 
 
+def test_a_rerun_that_disagrees_stands_alone(app: Flask, client: FlaskClient) -> None:
+    """The hunt's rerun cleared what the watch saw (−8% [−10, −6], then −1% [−3, +1]):
+    pooling them would chain a −4% cliff for a merge the hunt found fine."""
+    record(app, KEY, [point(1, -8.0, ci_low_pct=-10.0, ci_high_pct=-6.0, verdict="regressed")])
+    rerun = point(1, -1.0, ci_low_pct=-3.0, ci_high_pct=1.0, verdict="no-change")
+    record(app, KEY, [NewPoint(**{**rerun.__dict__, "verification_id": "v-rerun"})], start=3)
+    with rt(app).db.session() as s:
+        (view,) = history.history(s, REPO, history.Filter())
+    [p] = view.points
+    assert (p.change_pct, p.verdict, p.pooled, len(p.measurements)) == (-1.0, "no-change", False, 2)
+    assert round(p.index, 4) == 99.0
+    page = client.get(f"/history/{REPO}?token={token(app)}").get_data(as_text=True)
+    assert "measured 2 times, the latest shown" in page
+
+
 def test_the_index_band_widens_with_every_chained_change(app: Flask) -> None:
     record(app, KEY, [point(n, 0.5) for n in range(1, 9)])
     with rt(app).db.session() as s:

@@ -477,3 +477,20 @@ def test_a_hunt_left_unresolved_goes_on_when_a_writer_comments_bisect_on_its_iss
     last = w.github.comments_on(appkit.UPSTREAM, issue.number)[-1].body
     assert "nothing to resume: this hunt is alerted" in last
     w.github.assert_clean()
+
+
+def test_a_false_alarm_takes_the_label_off_the_pr_and_the_alert_issue(w: World) -> None:
+    suspected(w)
+    w.github.set_file(appkit.UPSTREAM, ".github/rsi.yml", CONFIG + "  alert_issue: true\n")
+    w.svc._config_seen.clear()
+    assert measure_steps(w, 9) == 4
+    assert inquiry(w).state == "alerted"
+    [issue] = list(w.github.issues[appkit.UPSTREAM.lower()].values())
+    assert issue.labels == ["perf-regression"]
+    assert w.github.pulls[appkit.UPSTREAM.lower()][44].labels == ["perf-regression"]
+    w.github.set_permission(appkit.UPSTREAM, WRITER, "write")
+    say(w, 44, "/rsi false-alarm", "c-false")
+    w.settle()
+    assert w.github.pulls[appkit.UPSTREAM.lower()][44].labels == []
+    assert w.github.issues[appkit.UPSTREAM.lower()][issue.number].labels == []
+    w.github.assert_clean()

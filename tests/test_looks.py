@@ -114,7 +114,11 @@ def test_a_partial_comment_names_the_failed_gpu_its_step_and_log(
     vid = w.promote(gpus=["H100", "H200"])
     w.finish(vid, "H200", speedup=0.12)
     log = "\n".join(f"2026-12-06T10:00:{i:02d}Z step {i}" for i in range(30))
-    w.complete(vid, "H100", "failure", failed_step="Measure base and head", log=log)
+    t0 = dt.datetime(2026, 12, 6, 10, 0, tzinfo=dt.UTC)
+    window = (t0, t0 + dt.timedelta(seconds=30))
+    w.complete(
+        vid, "H100", "failure", failed_step="Verify base and head", log=log, failed_window=window
+    )
     w.settle()
     v = w.verification(vid)
     bodies = [c.body for c in w.github.comments_on(appkit.UPSTREAM, v.pr_number or 0)]
@@ -123,7 +127,7 @@ def test_a_partial_comment_names_the_failed_gpu_its_step_and_log(
     structure(html)
     assert "<strong>Partial results:</strong>" in html
     assert "<code>/rsi reverify h100</code>" in html
-    assert "The last 20 lines of the H100 job" in html
+    assert "lines of the H100 job's log" in html
     assert height(browser, html, "partial-comment") < 5000
 
 

@@ -29,6 +29,7 @@ from evidence.model import (
     Severity,
     StudyRow,
 )
+from evidence.policy import Policy
 from evidence.render import (
     COMMENT_MARKER,
     SECTION_END,
@@ -647,7 +648,7 @@ def test_an_inconclusive_gpu_ends_with_the_pairs_and_minutes_that_would_decide_i
     assert ev.verdict == "inconclusive"
     [step] = render.next_steps(ev)
     assert step.gpu == "H200"
-    assert step.need == math.ceil(step.ran * (step.mde_pct / step.threshold_pct) ** 2)
+    assert step.need >= math.ceil(step.ran * (step.mde_pct / step.threshold_pct) ** 2)
     g = ev.gpus["H200"]
     assert g.gpu_minutes is not None
     assert g.gpu_minutes.total is not None
@@ -669,6 +670,27 @@ def test_an_inconclusive_gpu_ends_with_the_pairs_and_minutes_that_would_decide_i
     assert "/rsi reverify" not in text.split("**Next step on H200:**")[1].split("\n")[0]
     decided, _ = build(Inputs(bundles=[write_bundle(tmp_path / "d", SynthSpec(speedup=0.15))]))
     assert render.next_steps(decided) == []
+    # The repository's budget allows fewer rounds than it needs: raise it first.
+    capped, _ = build(
+        Inputs(bundles=[write_bundle(tmp_path / "e", spec)], policy=Policy(max_rounds=10))
+    )
+    [step] = render.next_steps(capped)
+    assert step.past_budget
+    text = render.render_comment(capped, REPORT_URL)
+    assert f"raise `budget.max_rounds` in `.github/rsi.yml` from 10 to {step.need}" in text
+    # An estimate near the threshold needs its interval to clear a close line.
+    near = capped.model_copy(
+        update={
+            "study": [
+                r.model_copy(update={"delta_pct": 2.6, "ci_low_pct": 1.0, "ci_high_pct": 4.2})
+                if r.primary
+                else r
+                for r in capped.study
+            ]
+        }
+    )
+    [close] = render.next_steps(near)
+    assert close.need > step.need
 
 
 def test_identical_findings_are_one_line_with_their_count_and_plots_fold(

@@ -13,6 +13,8 @@ from tests.standin import GitHubStandIn
 from tests.test_reviews import command
 from tests.worlds import World, world
 
+B = "0" * 40  # the base
+
 
 def head(delta: float, lo: float, hi: float, **extra: object) -> dict[str, object]:
     return {
@@ -29,10 +31,11 @@ def head(delta: float, lo: float, hi: float, **extra: object) -> dict[str, objec
 def test_two_measurements_of_a_commit_are_pooled_and_compared() -> None:
     [r] = repeats.repeats(
         [
-            ("a" * 40, "H200", head(13.1, 10.0, 16.3)),
-            ("a" * 40, "H200", head(8.0, 5.0, 11.1)),
-            ("a" * 40, "H100", head(9.0, 7.0, 11.0)),  # once on H100: nothing to pool
-            ("b" * 40, "H200", head(1.0, -1.0, 3.0)),
+            ("a" * 40, B, "H200", head(13.1, 10.0, 16.3)),
+            ("a" * 40, B, "H200", head(8.0, 5.0, 11.1)),
+            ("a" * 40, B, "H100", head(9.0, 7.0, 11.0)),  # once on H100: nothing to pool
+            ("a" * 40, "f" * 40, "H200", head(4.0, 1.0, 7.0)),  # against another base
+            ("b" * 40, B, "H200", head(1.0, -1.0, 3.0)),
         ]
     )
     assert (r.sha, r.gpu, len(r.values)) == ("a" * 40, "H200", 2)
@@ -41,15 +44,18 @@ def test_two_measurements_of_a_commit_are_pooled_and_compared() -> None:
     assert r.difference_pct == pytest.approx(-5.1, abs=0.05)
     assert not r.within_noise  # ±4.3 points is what two such sessions may differ by
     [close] = repeats.repeats(
-        [("c" * 40, "H200", head(10.0, 7.0, 13.0)), ("c" * 40, "H200", head(11.0, 8.0, 14.0))]
+        [("c" * 40, B, "H200", head(10.0, 7.0, 13.0)), ("c" * 40, B, "H200", head(11.0, 8.0, 14.0))]
     )
     assert close.within_noise
     other_row = [
-        ("d" * 40, "H200", head(5.0, 3.0, 7.0)),
-        ("d" * 40, "H200", head(5.0, 3.0, 7.0, concurrency=16)),
+        ("d" * 40, B, "H200", head(5.0, 3.0, 7.0)),
+        ("d" * 40, B, "H200", head(5.0, 3.0, 7.0, concurrency=16)),
     ]
     assert repeats.repeats(other_row) == []  # another row of the study is not a repeat
-    assert repeats.repeats([("e" * 40, "H200", {"delta_pct": None}), ("e" * 40, "H200", {})]) == []
+    assert (
+        repeats.repeats([("e" * 40, B, "H200", {"delta_pct": None}), ("e" * 40, B, "H200", {})])
+        == []
+    )
 
 
 @pytest.fixture

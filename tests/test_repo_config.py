@@ -71,8 +71,8 @@ def test_defaults() -> None:
     assert c.budget.gpu_minutes is None
     assert c.base == "keep"
     assert (c.design, c.control) == ("auto", "none")
-    # The defaults are the engine's own.
-    assert c.policy() == Policy()
+    # The defaults are the engine's own (and the repository's round budget, for its words).
+    assert c.policy() == Policy(max_rounds=10)
 
 
 @pytest.mark.parametrize("text", ["", "\n", "# nothing yet\n", "---\n"])

@@ -809,6 +809,7 @@ def test_the_sandbox_check_names_an_interpreter_the_candidates_cannot_run(
     assert "give verify --python" in bad.stderr
     assert bad.stderr.rstrip().endswith("NOT READY: 2 thing(s) to fix first (above)")  # each side
     assert ok.returncode == 0, ok.stderr
-    assert ok.stdout.rstrip().endswith("READY: this machine can run candidates in the sandbox")
+    assert ok.stderr.rstrip().endswith("READY: this machine can run candidates in the sandbox")
+    assert json.loads(ok.stdout)  # stdout stays the sandbox's description, JSON only
     assert closed.returncode == 1
     assert f"cannot reach the work folder {private / 'work'}: {private} is not" in closed.stderr

@@ -303,34 +303,55 @@ def test_the_body_says_its_figures_are_older_while_a_newer_commit_is_measured(
 
 
 def test_a_failed_run_says_its_step_and_the_last_lines_of_its_log_inert(w: World) -> None:
-    """The maintainer sees where it failed without opening the runner's logs; the log is
-    the head's own output (untrusted), so it is quoted in a fence, bounded."""
+    """The maintainer sees where it failed without opening the runner's logs: the lines
+    the failed step wrote (not the steps that run after a failure), the last of them
+    within a bound; the log is the head's own output (untrusted), so it is fenced."""
+    import datetime as dt
+
     vid = w.promote()
-    noise = "\n".join(f"2026-12-06T10:00:{i:02d}.1234567Z line {i}" for i in range(60))
-    hostile = "2026-12-06T10:01:00.0000000Z \x1b[31m@octocat ``` </details> <script>x</script>"
-    crash = "2026-12-06T10:01:01.0000000Z RuntimeError: CUDA out of memory " + "x" * 500
-    log = f"{noise}\n{hostile}\n{crash}"
-    w.complete(vid, "H200", "failure", failed_step="Measure base and head", log=log)
+    t0 = dt.datetime(2026, 12, 6, 10, 0, tzinfo=dt.UTC)
+
+    def at(s: float, text: str) -> str:
+        return f"{(t0 + dt.timedelta(seconds=s)).strftime('%Y-%m-%dT%H:%M:%S')}.1234567Z {text}"
+
+    setup = [at(i, f"setup {i}") for i in range(5)]
+    step = [at(10 + i, f"line {i}") for i in range(60)]
+    hostile = at(70, "\x1b[31m@octocat ``` </details> <script>x</script>")
+    crash = at(71, "RuntimeError: CUDA out of memory " + "x" * 500)
+    after = [at(80, "Uploading artifact rsi-bundle…"), at(81, "Cleaning up orphan processes")]
+    log = "\n".join([*setup, *step, hostile, "  continuation of the crash", crash, *after])
+    window = (t0 + dt.timedelta(seconds=10), t0 + dt.timedelta(seconds=71))
+    w.complete(
+        vid,
+        "H200",
+        "failure",
+        failed_step="Verify base and head",
+        log=log,
+        failed_window=window,
+    )
     w.settle()
     v = w.verification(vid)
     assert v.state == "failed"
     [run] = [r for r in w.github.check_runs.values() if r.external_id == vid]
     summary = run.output["summary"]
-    assert "ended `failure` at step `Measure base and head`" in summary
-    assert "The last 20 lines of the H200 job's log" in summary
+    assert "ended `failure` at step `Verify base and head`" in summary
+    assert "lines of the H200 job's log (step “Verify base and head”)" in summary
     assert "line 59" in summary
-    assert "line 40" not in summary  # bounded: the last 20 only
+    assert "line 40" not in summary  # bounded: the last lines only
+    assert "Uploading artifact" not in summary  # the steps after the failure are not it
+    assert "setup 4" not in summary
+    assert "  continuation of the crash" in summary  # an unstamped line goes with its step
     assert "2026-12-06T10:00" not in summary  # GitHub's timestamps taken off
     assert "\x1b" not in summary
-    assert "RuntimeError: CUDA out of memory " + "x" * 150 in summary
+    assert "RuntimeError: CUDA out of memory " + "x" * 150 in summary  # the last line kept
     assert "x" * 300 not in summary  # each line cut
     fence = summary.split("lines of the H200 job's log")[1]
     opener = fence.split("\n\n")[1].split("\n")[0]
     assert opener.startswith("````")  # longer than any backtick run in the lines
     comment = "\n".join(c.body for c in w.github.comments_on(appkit.UPSTREAM, v.pr_number or 0))
-    assert "at step `Measure base and head`" in comment
+    assert "at step `Verify base and head`" in comment
     assert "octocat ``` </details> <script>x</script>" in comment  # text inside the fence
-    assert ".\n\n<details><summary>The last 20 lines" in comment
+    assert ".\n\n<details><summary>The last " in comment
 
 
 def test_a_failed_run_whose_jobs_github_cannot_list_still_ends_with_its_reason(
@@ -338,7 +359,7 @@ def test_a_failed_run_whose_jobs_github_cannot_list_still_ends_with_its_reason(
 ) -> None:
     vid = w.promote()
     w.github.fail_next("GET", r"/actions/runs/\d+/jobs$", 404)
-    w.complete(vid, "H200", "failure", failed_step="Measure", log="boom")
+    w.complete(vid, "H200", "failure", failed_step="Verify base and head", log="boom")
     w.settle()
     v = w.verification(vid)
     assert v.state == "failed"
@@ -348,13 +369,15 @@ def test_a_failed_run_whose_jobs_github_cannot_list_still_ends_with_its_reason(
 
 
 def test_a_log_tail_is_bounded_and_plain() -> None:
-    from bot.github.api import LOG_LINE_CHARS, LOG_LINES, log_tail
+    from bot.github.api import LOG_CHARS, LOG_LINE_CHARS, LOG_LINES, log_tail
 
     text = "\ufeff2026-12-06T10:00:00.1Z first\n" + "\n".join(
         f"2026-12-06T10:00:01Z \x1b[1;32mok {i}\x1b[0m" for i in range(100)
     )
     tail = log_tail(text + "\n\n   \n" + "y" * 1000)
-    assert len(tail) == LOG_LINES
     assert tail[-1] == "y" * LOG_LINE_CHARS
     assert tail[-2] == "ok 99"
+    assert len(tail) <= LOG_LINES
+    assert sum(len(x) + 1 for x in tail) <= LOG_CHARS  # inside what the fence keeps
+    assert len(log_tail("\n".join(f"2026-12-06T10:00:01Z ok {i}" for i in range(99)))) == LOG_LINES
     assert log_tail("") == ()

@@ -194,14 +194,18 @@ def _answer(p: StepPorts, c: Comment, answer: str) -> None:
         if permission not in approvals.WRITERS:
             _refuse(s, c, permission)
             return
-        q = inquiries.triage(s, c.repo, c.number, answer, c.user)
-        reply = messages.triaged(c.user, answer, q) if q else messages.no_alert(c.user)
+        found = inquiries.triage(s, c.repo, c.number, answer, c.user)
+        reply = messages.triaged(c.user, answer, found[0]) if found else messages.no_alert(c.user)
         pull_writes.comment(s, c.repo, c.number, reply)
-        if q is not None and answer == "false-alarm":  # not a regression: the label goes
-            pull_writes.unlabel(s, c.repo, c.number, inquiries.LABEL)
-        told = q is not None and inquiries.tell_check(p, s, q)
-    if told:
-        p.queue.write(c.repo, pull_writes.REPOSITORY)
+        places = sorted({n for q in found for n in inquiries.labelled(s, q)} | {c.number})
+        for n in places if found and answer == "false-alarm" else []:
+            pull_writes.unlabel(s, c.repo, n, inquiries.LABEL)  # not a regression: it goes
+        told = [inquiries.tell_check(p, s, q) for q in found]
+    for n in places if found and answer == "false-alarm" else []:
+        if n != c.number:
+            p.queue.write(c.repo, n)
+    if any(told):
+        p.queue.write(c.repo, pull_writes.CHECKS)
 
 
 def _bisect(p: StepPorts, c: Comment) -> None:

@@ -333,10 +333,12 @@ class GitHub:
             raise _error(exc) from exc
 
     def failed_step(self, repo: str, run_id: int) -> Failure:
-        """Where a failed run failed: its first failed job's failed step and the last lines
-        of that job's log (at most `LOG_LINES`, each cut to `LOG_LINE_CHARS`, timestamps
-        and colour codes taken off). Best effort: whatever GitHub does not answer is left
-        out, and a log past `LOG_MAX_BYTES` gives its step only."""
+        """Where a failed run failed: its first failed job's failed step and, for the
+        verify job, the last lines that step wrote (its time window in the job's log: the
+        steps that run after a failure would bury them), at most `LOG_LINES` and
+        `LOG_CHARS`, timestamps and colour codes taken off. Best effort: whatever GitHub
+        does not answer is left out; a log past `LOG_MAX_BYTES` gives the step only; the
+        upload job's log is never quoted (it names the bucket and the role)."""
         _, doc = self.request(repo, "GET", f"/repos/{repo}/actions/runs/{run_id}/jobs")
         jobs = [j for j in doc.get("jobs") or [] if isinstance(j, dict)]
         job = next((j for j in jobs if j.get("conclusion") not in ("success", "skipped")), None)
@@ -346,6 +348,8 @@ class GitHub:
         step = next((x for x in steps if x.get("conclusion") == "failure"), None)
         name = str(step.get("name"))[:200] if step else None
         url = str(job.get("html_url") or "") or None
+        if not str(job.get("name") or "").startswith(VERIFY_JOB) or step is None:
+            return Failure(name, (), url)
         with tempfile.TemporaryDirectory(prefix="rsi-log-") as tmp:
             dest = Path(tmp) / "log.txt"
             try:
@@ -360,7 +364,8 @@ class GitHub:
             except (GitHubError, TooLarge, OSError, KeyError, ValueError) as exc:
                 log.info("run %s: no log lines (%s)", run_id, exc)
                 return Failure(name, (), url)
-        return Failure(name, log_tail(text), url)
+        window = (_when(step.get("started_at")), _when(step.get("completed_at")))
+        return Failure(name, log_tail(text, window), url)
 
     def artifact_zip(self, repo: str, run_id: int, name: str, dest: Path, max_bytes: int) -> bool:
         """The run's artifact `name`, streamed into the zip file `dest`; False when it has
@@ -577,8 +582,10 @@ WATCH_CHECK_NAME = "rsi/watch"
 
 LOG_LINES = 20
 LOG_LINE_CHARS = 200
+LOG_CHARS = 1800  # all of them: inside what the words quoting them keep
+VERIFY_JOB = "verify "  # the workflow's measuring job, "verify TASK on GPU"
 LOG_MAX_BYTES = 20 * 1024 * 1024
-_STAMP = re.compile(r"^\ufeff?\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z ")
+_STAMP = re.compile(r"^\ufeff?(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z) ")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
@@ -591,15 +598,47 @@ class Failure:
     url: str | None = None
 
 
-def log_tail(text: str) -> tuple[str, ...]:
-    """The last non-empty lines of a job log, without GitHub's timestamps and colours,
-    each cut to a bounded length (the words that quote them make them inert)."""
-    lines = []
-    for raw in text.splitlines()[-4 * LOG_LINES :]:
+def log_tail(
+    text: str, window: tuple[dt.datetime | None, dt.datetime | None] = (None, None)
+) -> tuple[str, ...]:
+    """The last non-empty lines of a job log inside the step's time `window` (a line with
+    no timestamp goes with the one before it), without GitHub's timestamps and colours,
+    each cut to `LOG_LINE_CHARS` and all of them to `LOG_CHARS` (the words that quote
+    them make them inert)."""
+    start, end = window
+    if end is not None:
+        end += dt.timedelta(seconds=1)  # the step's end is given to the second
+    lines: list[str] = []
+    inside = start is None and end is None
+    for raw in text.splitlines():
+        m = _STAMP.match(raw)
+        if m is not None:
+            when = _when(m.group(1))
+            inside = when is None or (
+                (start is None or when >= start) and (end is None or when <= end)
+            )
+        if not inside:
+            continue
         line = _ANSI.sub("", _STAMP.sub("", raw)).rstrip()
         if line.strip():
             lines.append(line[:LOG_LINE_CHARS])
-    return tuple(lines[-LOG_LINES:])  # a merge to the default branch against its parent
+    kept: list[str] = []
+    for line in reversed(lines[-LOG_LINES:]):  # the last lines are what failed
+        if sum(len(x) + 1 for x in kept) + len(line) + 1 > LOG_CHARS:
+            break
+        kept.append(line)
+    return tuple(reversed(kept))
+
+
+def _when(value: object) -> dt.datetime | None:
+    """An ISO time of GitHub's (a job's step, a log line), or None."""
+    if not isinstance(value, str):
+        return None
+    try:
+        when = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=dt.UTC)
 
 
 # The identifier of the Approve and verify button on a check run awaiting approval (at

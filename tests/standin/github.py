@@ -769,13 +769,15 @@ class GitHubStandIn:
         *,
         failed_step: str | None = None,
         log: str = "",
+        failed_window: tuple[datetime, datetime] | None = None,
     ) -> JSONDict:
         """Finish a run; returns the ``workflow_run`` ``completed`` webhook payload. A
-        failed run's one job failed at ``failed_step``, its log ``log``."""
+        failed run's verify job failed at ``failed_step`` (between ``failed_window``), its
+        log ``log``; the steps that run after a failure follow it, as in the workflow."""
         with self._lock:
             run = self._run(self.repo(repo), run_id)
             run.status, run.conclusion, run.updated_at = "completed", conclusion, self.clock()
-            run.failed_step, run.log = failed_step, log
+            run.failed_step, run.log, run.failed_window = failed_step, log, failed_window
             return self.run_event(repo, run_id, "completed")
 
     def run_event(self, repo: str, run_id: int, action: str) -> JSONDict:
@@ -2630,18 +2632,21 @@ class GitHubStandIn:
         repo = ctx.need_repo()
         run = self._run(repo, ctx.int_param("run_id"))
         job = self.openapi.example("job")
-        names = ["Set up job", "Check out the runner", run.failed_step or "Measure"]
+        failed = run.failed_step or "Verify base and head"
+        names = ["Set up job", "Check out the runner repository", failed]
+        names += ["Upload the bundle", "Clean the workspace"]  # `if: always()` steps
         done = run.status == "completed"
+        window = run.failed_window or (run.created_at, run.updated_at)
         steps = [
             {
                 "name": name,
                 "status": "completed" if done else "in_progress",
-                "conclusion": (run.conclusion if i == len(names) - 1 else "success")
+                "conclusion": (run.conclusion if name == failed else "success") if done else None,
+                "number": i + 1,
+                "started_at": _iso(window[0] if name == failed else run.created_at),
+                "completed_at": _iso(window[1] if name == failed else run.updated_at)
                 if done
                 else None,
-                "number": i + 1,
-                "started_at": _iso(run.created_at),
-                "completed_at": _iso(run.updated_at) if done else None,
             }
             for i, name in enumerate(names)
         ]
@@ -2650,6 +2655,7 @@ class GitHubStandIn:
             run_id=run.id,
             run_url=f"{self.url}/repos/{repo.full_name}/actions/runs/{run.id}",
             head_sha=run.head_sha,
+            name=f"verify {run.inputs.get('task', 'task')} on {run.inputs.get('gpu', 'GPU')}",
             status="completed" if done else "in_progress",
             conclusion=run.conclusion if done else None,
             steps=steps,

@@ -170,6 +170,7 @@ class Run:
     run_started_at: datetime | None = None
     failed_step: str | None = None  # the step a failed run's job failed at
     log: str = ""  # that job's log, as GitHub serves it
+    failed_window: tuple[datetime, datetime] | None = None  # the failed step's start, end
 
 
 @dataclass
