@@ -180,19 +180,31 @@ def _adopt(p: StepPorts, c: Comment, cmd: Command) -> None:
         _say(p, c, _verify_pull(p, c, cmd, pull, facts, approved=writer))
 
 
-def _answer(p: StepPorts, c: Comment, answer: str) -> None:
-    """`/rsi justified` or `/rsi false-alarm`: a writer's verdict on the PR's regression
-    alert, kept in the alert-quality ledger (writers only: `trigger.allow` may run
-    commands, not judge alerts); anyone else is told who may."""
+@contextmanager
+def _writer(p: StepPorts, c: Comment) -> Iterator[Session | None]:
+    """The session of a command only writers may give (it judges an alert or spends the
+    watch's GPU minutes: `trigger.allow` is not enough), the comment taken; None when it
+    was seen already or its author is refused (told once an hour)."""
     with p.db.session() as s:
         if approvals.recently_refused(s, c.repo, c.number, c.user):
+            yield None
             return
     permission = p.github.permission(c.repo, c.user, max_age_s=0.0)
     with p.db.session() as s:
         if not _take(s, c):
-            return
-        if permission not in approvals.WRITERS:
+            yield None
+        elif permission not in approvals.WRITERS:
             _refuse(s, c, permission)
+            yield None
+        else:
+            yield s
+
+
+def _answer(p: StepPorts, c: Comment, answer: str) -> None:
+    """`/rsi justified` or `/rsi false-alarm`: a writer's verdict on the PR's regression
+    alert, kept in the alert-quality ledger; anyone else is told who may."""
+    with _writer(p, c) as s:
+        if s is None:
             return
         found = inquiries.triage(s, c.repo, c.number, answer, c.user)
         reply = messages.triaged(c.user, answer, found[0]) if found else messages.no_alert(c.user)
@@ -212,15 +224,8 @@ def _bisect(p: StepPorts, c: Comment) -> None:
     """`/rsi bisect` on the issue that said a confirmed regression was not traced: the
     hunt goes on from the range it narrowed (writers only: it spends the watch's GPU
     minutes); the hunt's own words follow on its check run and, when it ends, here."""
-    with p.db.session() as s:
-        if approvals.recently_refused(s, c.repo, c.number, c.user):
-            return
-    permission = p.github.permission(c.repo, c.user, max_age_s=0.0)
-    with p.db.session() as s:
-        if not _take(s, c):
-            return
-        if permission not in approvals.WRITERS:
-            _refuse(s, c, permission)
+    with _writer(p, c) as s:
+        if s is None:
             return
         about = pull_writes.opened_issues(s, c.repo).get(c.number)
         q = s.get(Inquiry, about) if about is not None else None
