@@ -362,15 +362,17 @@ def _max_steps(k: int) -> int:
 def _read(s: Session, q: Inquiry, v: Verification | None) -> None:
     """Write down what the step's verification found — the series' own row (GPU, mode,
     concurrency, metric) where `note_step` kept it, else its headline — and move the
-    bounds. A step whose verification did not publish is measured again (`RETRIES`)."""
+    bounds. A step whose verification did not publish, or a bisection step whose interval
+    put the change in neither half, is measured again (`RETRIES` times: noise that
+    straddles the line once rarely does twice)."""
     step = dict(q.steps[-1]) if q.steps else {}
     q.verification_id = None
-    if v is None or v.state != State.PUBLISHED.value:
-        same = [st for st in q.steps if (st["base"], st["head"]) == (step["base"], step["head"])]
-        if len(same) <= RETRIES:  # kept, marked: `_decide` measures the same range again
-            q.steps = [*q.steps[:-1], {**step, "verdict": "failed", "retry": True}]
-            log.info("%s: inquiry %s measures %s again", q.repo, q.id, step["head"][:10])
-            return
+    same = [st for st in q.steps if (st["base"], st["head"]) == (step["base"], step["head"])]
+    failed = v is None or v.state != State.PUBLISHED.value
+    if failed and len(same) <= RETRIES:  # kept, marked: `_decide` measures the range again
+        q.steps = [*q.steps[:-1], {**step, "verdict": "failed", "retry": True}]
+        log.info("%s: inquiry %s measures %s again", q.repo, q.id, step["head"][:10])
+        return
     src = step.get("row") or _headline(s, q, v)
     verdict = str(src.get("verdict") or (v.verdict if v else "") or "")
     if v is None or v.state != State.PUBLISHED.value:
@@ -390,6 +392,11 @@ def _read(s: Session, q: Inquiry, v: Verification | None) -> None:
             q.hi_sha = step["head"]
         elif side == "good":
             q.lo_sha = step["head"]
+        elif len(same) <= RETRIES:  # undecided: kept, marked, measured again
+            q.steps = [*q.steps[:-1], {**step, "retry": True}]
+            log.info(
+                "%s: inquiry %s: %s undecided, measured again", q.repo, q.id, step["head"][:10]
+            )
         else:
             _stop(q, "step-undecided", {"verdict": verdict or "none", "kind": "bisect"})
     elif verdict == "regressed":

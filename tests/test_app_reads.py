@@ -96,11 +96,14 @@ def test_a_rerun_superseded_by_a_push_leaves_the_published_row(w: World) -> None
     w.finish(pushed.id, head_sha=NEW_SHA)
     assert w.verification(pushed.id).state == "published", w.reason(pushed.id)
     rows = ledger_lines(the_comment(w, number))
-    assert [r.split("|")[1].strip(" *`") for r in rows] == [
-        HEAD_SHA[:10],
-        HEAD_SHA[:10],
-        NEW_SHA[:10],
-    ], rows
+    assert (
+        [r.split("|")[1].split("`")[1] for r in rows]
+        == [  # each commit, linked
+            HEAD_SHA[:10],
+            HEAD_SHA[:10],
+            NEW_SHA[:10],
+        ]
+    ), rows
     assert rows[0] == published.replace("**", "")
     assert rows[1].rstrip(" |").endswith("superseded")
     w.github.assert_clean()
@@ -115,7 +118,7 @@ def test_measuring_a_commit_again_adds_a_row(w: World) -> None:
     rows = ledger_lines(the_comment(w, number))
     assert len(rows) == 2, rows
     assert rows[0].replace("**", "") == first.replace("**", "")
-    assert f"**`{HEAD_SHA[:10]}`**" in rows[1]  # the current verification
+    assert f"**[`{HEAD_SHA[:10]}`](" in rows[1]  # the current verification
     assert "%" in rows[1]
     w.github.assert_clean()
 

@@ -365,8 +365,8 @@ def test_an_outsiders_push_awaits_approval_and_the_older_heads_run_stops(w: Worl
     assert "@drive-by" not in top
     assert "Approve and verify" in top
     assert f"/rsi reverify {B_SHA}" in top
-    assert f"**`{B_SHA[:10]}`**" in comment  # the waiting head is the current row
-    assert f"**`{HEAD_SHA[:10]}`**" not in comment
+    assert f"**[`{B_SHA[:10]}`](" in comment  # the waiting head is the current row
+    assert f"**[`{HEAD_SHA[:10]}`](" not in comment
     w.github.assert_clean()
 
 

@@ -494,3 +494,22 @@ def test_a_false_alarm_takes_the_label_off_the_pr_and_the_alert_issue(w: World) 
     assert w.github.pulls[appkit.UPSTREAM.lower()][44].labels == []
     assert w.github.issues[appkit.UPSTREAM.lower()][issue.number].labels == []
     w.github.assert_clean()
+
+
+def test_a_bisection_step_that_decides_neither_half_is_measured_again(w: World) -> None:
+    """Noise that puts a step's interval across half the confirmed change is measured
+    once more before the hunt gives up (the real runner's test met it under load)."""
+    confirmed(w)
+    [first] = steps_running(w)
+    w.finish(
+        first.id, base_sha=first.base_sha, head_sha=first.head_sha, speedup=-0.02, round_cv=0.04
+    )
+    q = inquiry(w)
+    assert q.state == "bisecting", (q.steps, q.end_reason)
+    assert q.steps[-2]["retry"] is True  # the undecided step, kept and marked
+    assert q.steps[-2]["verdict"] == "inconclusive"
+    [again] = steps_running(w)
+    assert (again.base_sha, again.head_sha) == (first.base_sha, first.head_sha)
+    assert measure_steps(w, 9) == 3
+    q = inquiry(w)
+    assert (q.state, q.culprit_pr) == ("alerted", 44), (q.steps, q.end_reason)
