@@ -150,7 +150,7 @@ def _failed_jobs(v: Verification) -> list[JobView]:
 def check_published(v: Verification, check_md: str) -> tuple[str, str]:
     failed = _failed_jobs(v)
     if failed:
-        check_md = _say("partial_note", failed) + "\n\n" + check_md
+        check_md = _say("partial_note", failed, False, v.watch) + "\n\n" + check_md
     return _say("title_published", v, failed), check_md
 
 

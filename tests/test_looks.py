@@ -23,9 +23,10 @@ from bot.history import NewPoint, SeriesKey
 from bot.inquiries import AlertView, StepView
 from evidence import render
 from evidence.build import Inputs, build, write
-from evidence.synth import SynthSpec, write_bundle
+from evidence.synth import write_bundle
 from tests import appkit
 from tests.browser import serve
+from tests.bundles import INCONCLUSIVE
 from tests.standin import GitHubStandIn
 from tests.test_app_flow import rt
 from tests.worlds import World, world
@@ -88,16 +89,7 @@ def w(tmp_path: Path, github: GitHubStandIn) -> Iterator[World]:
 def test_an_inconclusive_comment_reads_short_and_ends_with_its_next_step(
     browser: Browser, tmp_path: Path
 ) -> None:
-    spec = SynthSpec(
-        modes=("non-streaming", "streaming"),
-        concurrencies=(8,),
-        rounds=4,
-        requests=120,
-        seed=3,
-        speedup=0.0,
-        round_cv=0.035,
-        gpu_minutes=True,
-    )
+    spec = INCONCLUSIVE
     ev, sources = build(Inputs(bundles=[write_bundle(tmp_path / "b", spec)]))
     report = "https://rsi.example.com/reports/v-1?token=t"
     write(ev, sources, tmp_path / "out", None, report_url=report, plot_url=lambda n: n)

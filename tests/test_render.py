@@ -43,6 +43,7 @@ from evidence.render import (
     row_delta,
 )
 from evidence.synth import BASE_SHA, HEAD_SHA, SynthSpec, write_bundle
+from tests.bundles import INCONCLUSIVE
 
 GOLDEN = Path(__file__).parent / "golden"
 REPORT_URL = "https://rsi.example/v/v-demo01/report.html?token=t0k3n"
@@ -634,16 +635,7 @@ def test_an_inconclusive_gpu_ends_with_the_pairs_and_minutes_that_would_decide_i
     """The pairs that bring the least sensitive undecided row's detectable change to the
     threshold (it shrinks as 1/√pairs), their GPU minutes at this run's rate, and the
     command; past what one verification may run, what else would help."""
-    spec = SynthSpec(
-        modes=("non-streaming", "streaming"),
-        concurrencies=(8,),
-        rounds=4,
-        requests=120,
-        seed=3,
-        speedup=0.0,
-        round_cv=0.035,
-        gpu_minutes=True,
-    )
+    spec = INCONCLUSIVE
     ev, _ = build(Inputs(bundles=[write_bundle(tmp_path / "b", spec)]))
     assert ev.verdict == "inconclusive"
     [step] = render.next_steps(ev)

@@ -442,3 +442,16 @@ def test_two_rsi_verify_at_once_measure_once_and_both_are_answered(
         said = comments_posted(w, 0)
         assert any(mentions(c, WRITER) for c in said)
         assert any(mentions(c, "other-olga") for c in said)
+
+
+def test_a_failed_watch_run_names_no_command_a_merge_cannot_take(w: World) -> None:
+    """A merge has no PR to comment `/rsi reverify` on: the check says what happens next."""
+    w.github.set_file(appkit.UPSTREAM, ".github/rsi.yml", CONFIG)
+    push(w, appkit.BASE_SHA, MERGE, "push-fail")
+    [v] = watched(w)
+    w.complete(v.id, "H200", "failure")
+    w.settle()
+    [run] = [r for r in w.github.check_runs.values() if r.external_id == v.id]
+    summary = run.output["summary"]
+    assert "/rsi reverify" not in summary
+    assert "the watch measures the default branch again with its next push" in summary
