@@ -411,6 +411,15 @@ class TooLarge(ValueError):
     """An artifact bigger than the caller's bound."""
 
 
+def report_text(store: ArtifactStore, vid: str, name: str) -> str | None:
+    """A file of verification `vid`'s published report (`reports/<vid>/<name>`), or None
+    when it has none."""
+    key = f"reports/{vid}/{name}"
+    if not store.exists(key):
+        return None
+    return store.get_bytes(key).decode("utf-8")
+
+
 def save_to_file(store: ArtifactStore, key: str, dest: Path, max_bytes: int) -> None:
     """Stream the artifact `key` into the file `dest`, never holding it whole;
     `KeyError(key)` when absent, `TooLarge` past `max_bytes` (whatever its size said)."""

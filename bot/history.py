@@ -20,10 +20,11 @@ from dataclasses import dataclass, field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from bot import repeats
 from bot.models import Series, SeriesPoint
 
 MODES = ("streaming", "non-streaming")
-Z95 = 1.959964
+Z95 = repeats.Z95
 
 
 @dataclass(frozen=True)
@@ -343,24 +344,22 @@ def history(s: Session, repo: str, f: Filter) -> list[SeriesView]:
 
 def used(rows: list[SeriesPoint]) -> list[SeriesPoint]:
     """The measurements a merge's point rests on: those of the first's parent, pooled when
-    they agree within their noise; when the latest disagrees with the others (the hunt's
+    they agree within their noise; when the latest disagrees with the first (the hunt's
     rerun cleared what the watch saw, or confirmed it much larger), the latest alone, as
     the hunt itself trusts the rerun."""
     same = [r for r in rows if r.parent_sha == rows[0].parent_sha]
     if len(same) < 2:
         return same
     first, last = _log_se(same[0]), _log_se(same[-1])
-    if first is None or last is None:
+    if first is None or last is None or repeats.agree(first, last):
         return same
-    if abs(last[0] - first[0]) > Z95 * math.hypot(first[1], last[1]):
-        return [same[-1]]
-    return same
+    return [same[-1]]
 
 
 def pooled(rows: list[SeriesPoint]) -> tuple[float, float | None, float | None, float | None]:
-    """The change of a merge from its measurements of the same parent as the first:
-    inverse-variance mean of log(1 + change), its 95% interval and the log variance; with
-    a measurement lacking an interval, the latest one's change and no variance."""
+    """The change of a merge from the measurements it rests on (`used`): inverse-variance
+    mean of log(1 + change), its 95% interval and the log variance; with a measurement
+    lacking an interval, the latest one's change and no variance."""
     same = used(rows)
     found = [_log_se(r) for r in same]
     logs = [x for x in found if x is not None]
@@ -370,26 +369,17 @@ def pooled(rows: list[SeriesPoint]) -> tuple[float, float | None, float | None, 
     if len(same) == 1:
         r = same[0]
         return r.change_pct, r.ci_low_pct, r.ci_high_pct, logs[0][1] ** 2
-    weights = [1.0 / se**2 for _, se in logs]
-    est = sum(w * x for w, (x, _) in zip(weights, logs, strict=True)) / sum(weights)
-    var = 1.0 / sum(weights)
-    half = Z95 * math.sqrt(var)
-    return _pct(est), _pct(est - half), _pct(est + half), var
+    est, se = repeats.pool(logs)
+    half = Z95 * se
+    return _pct(est), _pct(est - half), _pct(est + half), se**2
 
 
 def _pct(log: float) -> float:
     return round(100.0 * math.expm1(log), 4)
 
 
-def _log_se(r: SeriesPoint) -> tuple[float, float] | None:
-    """log(1 + change) and its standard error read off the 95% interval, or None."""
-    lo, hi = r.ci_low_pct, r.ci_high_pct
-    if lo is None or hi is None or min(lo, hi, r.change_pct) <= -100:
-        return None
-    se = (math.log1p(hi / 100) - math.log1p(lo / 100)) / (2 * Z95)
-    if not (math.isfinite(se) and se > 0):
-        return None
-    return math.log1p(r.change_pct / 100), se
+def _log_se(r: SeriesPoint) -> repeats.LogSe | None:
+    return repeats.log_se(r.change_pct, r.ci_low_pct, r.ci_high_pct)
 
 
 def _aware(when: dt.datetime) -> dt.datetime:

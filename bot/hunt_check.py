@@ -4,9 +4,9 @@ The watch's check run on a merge says what the push measured ("regressed −8.1%
 that point raised a hunt (`bot.inquiries`), the maintainer who opens the check must see
 where the hunt is — confirming, bisecting step k of n, traced to its PR, cleared by the
 rerun, left unresolved, answered — not the first measurement alone. Each change of the
-hunt's words rewrites the check run's title and summary through the repository's outbox,
-in the transaction that changed the hunt (its conclusion stays: the measurement did
-regress; the words say what became of it).
+hunt's words rewrites the check run's title and summary through the repository's outbox
+of check words (`pull_writes.CHECKS`), in the transaction that changed the hunt (its
+conclusion stays: the measurement did regress; the words say what became of it).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from bot import messages, pull_writes
+from bot.artifacts import report_text
 from bot.models import Inquiry, SeriesPoint, Verification
 from bot.verification.ports import EffectPorts
 
@@ -51,7 +52,7 @@ class Hunt:
 def suspect_run(s: Session, q: Inquiry) -> Verification | None:
     """The watch verification whose point raised the hunt (not the hunt's own rerun),
     if it has a check run."""
-    v = s.scalar(
+    return s.scalar(
         select(Verification)
         .join(SeriesPoint, SeriesPoint.verification_id == Verification.id)
         .where(
@@ -63,7 +64,6 @@ def suspect_run(s: Session, q: Inquiry) -> Verification | None:
         .order_by(SeriesPoint.id)
         .limit(1)
     )
-    return v
 
 
 def tell(svc: EffectPorts, s: Session, q: Inquiry, hunt: Hunt) -> bool:
@@ -76,11 +76,10 @@ def tell(svc: EffectPorts, s: Session, q: Inquiry, hunt: Hunt) -> bool:
     said = suffix[:300]
     if q.check_said == said:
         return False
-    key = f"reports/{v.id}/check.md"
     try:
-        check_md = svc.store.get_bytes(key).decode("utf-8") if svc.store.exists(key) else ""
+        check_md = report_text(svc.store, v.id, "check.md") or ""
     except Exception:  # the store is down: the hunt's words, the evidence by its link
-        log.warning("%s: %s unreadable; the check run links the report", q.repo, key)
+        log.warning("%s: %s's check.md unreadable; the check links the report", q.repo, v.id)
         check_md = ""
     if not check_md.strip():
         check_md = messages.evidence_linked(svc.report_url(v.id))

@@ -42,11 +42,30 @@ class Repeat:
         return abs(self.difference_pct) <= self.noise_pct
 
 
-def _log_se(m: Measured) -> tuple[float, float] | None:
-    if min(m.delta_pct, m.ci_low_pct, m.ci_high_pct) <= -100:
+LogSe = tuple[float, float]
+"""A measured change as log(1 + change) and its standard error."""
+
+
+def log_se(delta_pct: float, lo_pct: float | None, hi_pct: float | None) -> LogSe | None:
+    """A change in percent with its 95% interval, in log space (the standard error read
+    off the interval); None without a usable interval."""
+    if lo_pct is None or hi_pct is None or min(delta_pct, lo_pct, hi_pct) <= -100:
         return None
-    se = (math.log1p(m.ci_high_pct / 100) - math.log1p(m.ci_low_pct / 100)) / (2 * Z95)
-    return (math.log1p(m.delta_pct / 100), se) if math.isfinite(se) and se > 0 else None
+    se = (math.log1p(hi_pct / 100) - math.log1p(lo_pct / 100)) / (2 * Z95)
+    return (math.log1p(delta_pct / 100), se) if math.isfinite(se) and se > 0 else None
+
+
+def pool(logs: list[LogSe]) -> LogSe:
+    """The inverse-variance mean of measurements of one change, and its standard error."""
+    weights = [1 / se**2 for _, se in logs]
+    est = sum(w * x for w, (x, _) in zip(weights, logs, strict=True)) / sum(weights)
+    return est, 1 / math.sqrt(sum(weights))
+
+
+def agree(a: LogSe, b: LogSe) -> bool:
+    """Whether two measurements of one change differ by no more than their noise allows
+    (95%): then they are one change, measured twice."""
+    return abs(b[0] - a[0]) <= Z95 * math.hypot(a[1], b[1])
 
 
 def _measured(h: Any) -> Measured | None:
@@ -71,12 +90,12 @@ def repeats(rows: Iterable[tuple[str, str, str, Any]]) -> list[Repeat]:
         groups.setdefault((sha, base, gpu, str(h.get("metric")), mode, conc), []).append(m)
     out = []
     for (sha, _base, gpu, metric, mode, conc), values in groups.items():
-        logs = [x for x in (_log_se(m) for m in values) if x is not None]
+        found = [log_se(m.delta_pct, m.ci_low_pct, m.ci_high_pct) for m in values]
+        logs = [x for x in found if x is not None]
         if len(values) < 2 or len(logs) < len(values):
             continue
-        weights = [1 / se**2 for _, se in logs]
-        est = sum(w * x for w, (x, _) in zip(weights, logs, strict=True)) / sum(weights)
-        half = Z95 / math.sqrt(sum(weights))
+        est, se = pool(logs)
+        half = Z95 * se
         pooled = Measured(*(100 * math.expm1(x) for x in (est, est - half, est + half)))
         first, last = logs[0], logs[-1]
         diff = 100 * (math.expm1(last[0]) - math.expm1(first[0]))

@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from bot import approvals, inquiries, messages, triggers, watch
 from bot.artifacts import TooLarge as ArtifactTooLarge
-from bot.artifacts import save_to_file
+from bot.artifacts import report_text, save_to_file
 from bot.github.api import APPROVE_ACTION, CHECK_NAME, WATCH_CHECK_NAME, GitHubError, Pull
 from bot.github.client import TooLarge
 from bot.models import BaselineMeasurement, RunnerJob, Verification, utcnow
@@ -568,10 +568,7 @@ def _record_baseline(s: Session, v: Verification, sources: list[Source]) -> None
 
 
 def _report_text(svc: EffectPorts, vid: str, name: str) -> str | None:
-    key = f"reports/{vid}/{name}"
-    if not svc.store.exists(key):
-        return None
-    return svc.store.get_bytes(key).decode("utf-8")
+    return report_text(svc.store, vid, name)
 
 
 def upsert_comment(svc: EffectPorts, vid: str, e: M.UpsertComment) -> None:
