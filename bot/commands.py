@@ -120,6 +120,8 @@ def parse(text: str) -> Command | None:
     if name not in NAMES:
         return Command("help", errors=[Mistake("unknown-command", words[0][:40])])
     cmd = Command(name)
+    if name == "bisect":  # resumes the range the hunt narrowed: it takes nothing more
+        cmd.errors += [Mistake("unknown-argument", arg[:40]) for arg in args]
     for arg in args if name in ("reverify", "verify") else []:
         low = arg.lower()
         if _SHA.match(low) and cmd.sha is None:

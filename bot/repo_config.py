@@ -325,6 +325,7 @@ CUSTOM_CODES = frozenset(
         "rounds_at_most",
         "rounds_most_budget",
         "metric_unknown",
+        "headline_not_measured",
     }
 )
 """The checks of our own validators: their error type is the macro that words them."""
@@ -394,6 +395,17 @@ class RepoConfig(BaseModel):
     @classmethod
     def _dedupe(cls, v: list[str]) -> list[str]:
         return _unique(v)
+
+    @field_validator("headline")
+    @classmethod
+    def _headline_measured(cls, v: Headline, info: ValidationInfo) -> Headline:
+        """A headline names a row the repository measures (else it would never lead)."""
+        gpus, modes = info.data.get("gpus") or [], info.data.get("modes") or []
+        if v.gpu is not None and v.gpu not in gpus:
+            raise _bad("headline_not_measured", what="gpu", got=v.gpu, allowed=list(gpus))
+        if v.mode is not None and v.mode not in modes:
+            raise _bad("headline_not_measured", what="mode", got=v.mode, allowed=list(modes))
+        return v
 
     @field_validator("watch")
     @classmethod

@@ -461,6 +461,11 @@ def test_a_hunt_left_unresolved_goes_on_when_a_writer_comments_bisect_on_its_iss
     on_issue("/rsi bisect", "reader-rae", "c-reader")
     assert inquiry(w).state == "unresolved"
     w.github.set_permission(appkit.UPSTREAM, WRITER, "write")
+    on_issue("/rsi bisect 1111111..8888888", WRITER, "c-range")  # takes no range of its own
+    assert inquiry(w).state == "unresolved"
+    said = w.github.comments_on(appkit.UPSTREAM, issue.number)[-1].body
+    assert "1111111..8888888" in said
+    assert "/rsi bisect" in said  # the help names the command as it is
     on_issue("/rsi bisect", WRITER, "c-writer")
     q = inquiry(w)
     assert (q.state, q.resumed_by) == ("bisecting", WRITER)

@@ -619,6 +619,12 @@ def test_headline_names_the_row_the_verdict_leads_with() -> None:
     assert lead is not None
     assert (lead.gpu, lead.metric, lead.mode, lead.concurrency) == ("H200", "rtf_mean", None, 8)
     assert repo_config.parse("gpus: [H100]\n").config.policy().lead is None
+    unmeasured = repo_config.parse("gpus: [h100]\nheadline: {gpu: H200}\n")
+    [problem] = unmeasured.problems
+    assert problem.code == "headline_not_measured"
+    assert "does not measure (gpus: H100)" in problem.message
+    [problem] = repo_config.parse("modes: [streaming]\nheadline: {mode: non-streaming}\n").problems
+    assert "does not measure (modes: streaming)" in problem.message
     bad = repo_config.parse("headline:\n  metric: speed\n")
     [problem] = bad.problems
     assert (problem.code, problem.field) == ("metric_unknown", "headline.metric")

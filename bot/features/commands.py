@@ -72,7 +72,7 @@ def commented(p: StepPorts, c: Comment, cmd: Command) -> None:
         return
     if cmd.name == "bisect":  # resume a hunt left unresolved, on its alert issue
         with _then_carried_out(p, c):
-            _bisect(p, c)
+            _bisect(p, c, cmd)
         return
     with p.db.session() as s:
         tracked = store.pull_request(s, c.repo, c.number) is not None
@@ -220,12 +220,15 @@ def _answer(p: StepPorts, c: Comment, answer: str) -> None:
         p.queue.write(c.repo, pull_writes.CHECKS)
 
 
-def _bisect(p: StepPorts, c: Comment) -> None:
+def _bisect(p: StepPorts, c: Comment, cmd: Command) -> None:
     """`/rsi bisect` on the issue that said a confirmed regression was not traced: the
     hunt goes on from the range it narrowed (writers only: it spends the watch's GPU
     minutes); the hunt's own words follow on its check run and, when it ends, here."""
     with _writer(p, c) as s:
         if s is None:
+            return
+        if cmd.errors:  # `/rsi bisect A..B`: it resumes the hunt's own range, nothing else
+            pull_writes.comment(s, c.repo, c.number, messages.help_text(cmd.errors))
             return
         about = pull_writes.opened_issues(s, c.repo).get(c.number)
         q = s.get(Inquiry, about) if about is not None else None
