@@ -20,7 +20,7 @@ from flask.testing import FlaskClient
 from sqlalchemy import select
 
 from bot import messages, pull_writes, runtime, services
-from bot.models import Delivery, Verification
+from bot.models import Delivery, Inquiry, Verification, utcnow
 from bot.verification import steps
 from bot.web.app import create_app
 from tests import appkit, schema
@@ -145,11 +145,17 @@ class World:
                 queued = s.scalar(
                     select(Verification.id).where(Verification.state == "queued").limit(1)
                 )
+                # A hunt being advanced holds its lease (a worker may be reading GitHub
+                # for it): it is busy, though no job is on the queue.
+                hunting = s.scalar(
+                    select(Inquiry.id).where(Inquiry.lease_until > utcnow()).limit(1)
+                )
             if self.queue_may_wait:
                 queued = None
             busy = (
                 waiting is not None
                 or queued is not None
+                or hunting is not None
                 or steps.stuck_effects(self.svc)
                 or pull_writes.stuck(self.svc.db)
             )
