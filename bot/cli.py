@@ -565,10 +565,13 @@ def check_config(file: Path) -> None:
     read it: each problem with its line and key, exit 1; else what a verification runs
     under it.
     """
-    from bot import repo_config
+    from bot import repo_config, yaml_bounded
 
     try:
-        text = file.read_text(encoding="utf-8")
+        with file.open("rb") as f:  # no more than the App would read: it may be /dev/zero
+            data = f.read(yaml_bounded.MAX_BYTES + 1)
+        cut = len(data) > yaml_bounded.MAX_BYTES  # too large either way: a cut character too
+        text = data.decode("utf-8-sig", errors="ignore" if cut else "strict")
     except (OSError, UnicodeDecodeError) as exc:
         click.echo(f"rsi-bot check-config: cannot read {file}: {exc}", err=True)
         sys.exit(2)

@@ -1,20 +1,21 @@
 """`/rsi` commands in PR comments, parsed: pure, so every form is a unit test.
 
-A command is a line of its own starting with `/rsi` in a top-level paragraph, as a
-CommonMark parser with GitHub's tables and strikethrough (markdown-it, as GitHub's
-cmark-gfm) reads the comment: never in code, HTML blocks (`<pre>`, `<script>`,
-comments), a collapsed `<details>`, quotes, lists, headings, tables, struck-through or
-math text, or link reference definitions (a quoted, pasted or hidden command is not a
-request: only what reads as a command on GitHub is one).
+A command is a line of its own starting with `/rsi` in a top-level paragraph of the
+comment as GitHub shows it: the comment is rendered by GitHub's own Markdown parser
+(cmark-gfm, with its extensions) and the HTML walked. Never in code, an HTML comment, a
+collapsed `<details>` (however its end tag is disguised), quotes, lists, headings,
+tables, struck-through or math text, or link reference definitions: a quoted, pasted or
+hidden command is not a request, only what reads as a command on GitHub is one.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from html.parser import HTMLParser
 
-from markdown_it import MarkdownIt
-from markdown_it.token import Token
+import cmarkgfm
+from cmarkgfm.cmark import Options
 
 NAMES = ("reverify", "verify", "status", "cancel", "help", "justified", "false-alarm", "bisect")
 # A maintainer's answer to a regression alert on a merged PR (`bot.inquiries`).
@@ -48,61 +49,102 @@ class Command:
     sha: str | None = None  # `/rsi reverify <sha>`: exactly this commit (a prefix of it)
 
 
-_MD = MarkdownIt("commonmark").enable(["table", "strikethrough"])
-_DETAILS_OPEN = re.compile(r"<details[\s>]", re.IGNORECASE)
-_DETAILS_CLOSE = re.compile(r"</details\s*>", re.IGNORECASE)
+_GITHUB = Options.CMARK_OPT_UNSAFE | Options.CMARK_OPT_HARDBREAKS  # as a comment renders
+_HIDING = frozenset(
+    # Collapsed until clicked, or never shown: GitHub's sanitizer drops these with what
+    # they hold (script, style, …), or the browser does not draw it (template, hidden).
+    {"details", "script", "style", "template", "noscript", "iframe", "noembed", "noframes"}
+    | {"plaintext", "xmp", "svg", "math", "textarea", "select", "object", "title"}
+)
+_NOT_OWN_LINE = frozenset(
+    # Shown, but not a request of the commenter's own: quoted, listed, a heading, a
+    # table cell, code, a link's text, struck through.
+    {"blockquote", "ul", "ol", "li", "table", "h1", "h2", "h3", "h4", "h5", "h6", "pre"}
+    | {"code", "kbd", "samp", "a", "del", "s", "strike", "summary", "dl", "dt", "dd"}
+)
+_VOID = frozenset(
+    {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source"}
+    | {"track", "wbr", "param"}
+)
 
 
-def _visible(inline: Token) -> list[str]:
-    """A paragraph's lines as GitHub shows them: text and line breaks; what sits in
-    inline HTML (a comment spanning lines), code spans, link texts and struck-through text
-    is not a command, so those lines are marked with a character no command can start
-    with. A text's own line ends (`&#10;` decodes to one) are shown as spaces."""
-    out: list[str] = []
-    depth = 0  # inside a link or a strikethrough
-    for t in inline.children or []:
-        if t.type in ("softbreak", "hardbreak"):
-            out.append("\n")
-        elif t.type in ("link_open", "s_open"):
-            depth += 1
-            out.append("\0")
-        elif t.type in ("link_close", "s_close"):
-            depth -= 1
-        elif t.type in ("html_inline", "code_inline", "image"):
-            out.append("\0" + "\n" * t.content.count("\n"))
-        elif t.type == "text" and not depth:
-            out.append(t.content.replace("\n", " "))
-    return "".join(out).split("\n")
+class _Shown(HTMLParser):
+    """Walks the comment's HTML as GitHub renders it, collecting each paragraph's lines
+    as a reader sees them. A `\0` marks text that cannot be a command (code, a link's
+    text, struck-through text): no command line may hold one.
+
+    Raw HTML in a comment need not be well formed, so the walk keeps a stack of open
+    elements and errs toward hiding: an end tag closes nothing across a `<details>` it
+    does not name (a browser would show the rest inside the collapsed block), and an
+    unclosed `<details>` hides everything after it. HTML comments are never text."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.stack: list[str] = []
+        self.paragraphs: list[list[str]] = []  # each a list of lines
+        self._open: list[str] | None = None  # the paragraph being read, if it counts
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "br":
+            if self._open is not None:
+                self._open.append("")
+            return
+        if tag in _VOID:
+            self._text("\0")
+            return
+        hidden = any(name == "hidden" for name, _ in attrs)
+        self.stack.append("details" if hidden else tag)
+        if tag == "p" and self._counts():
+            self._open = [""]
+            self.paragraphs.append(self._open)
+        elif tag != "p":
+            self._text("\0")
+
+    def handle_endtag(self, tag: str) -> None:
+        for i in range(len(self.stack) - 1, -1, -1):
+            if self.stack[i] == tag:
+                del self.stack[i:]
+                break
+            if self.stack[i] == "details":
+                return  # not across a collapsed block: it stays closed
+        else:
+            return
+        if tag == "p":
+            self._open = None
+
+    def handle_data(self, data: str) -> None:
+        # A line of a paragraph ends only at a <br>: a character reference's line end
+        # (`&#10;`) or the HTML's own newlines are spaces on the page.
+        self._text(data.replace("\n", " ") if self._visible() else "\0")
+
+    def _text(self, text: str) -> None:
+        if self._open is not None:
+            self._open[-1] += text
+
+    def _counts(self) -> bool:
+        """A paragraph at the top: not hidden, quoted, listed, in a table or a heading."""
+        return not any(t in _HIDING or t in _NOT_OWN_LINE for t in self.stack[:-1])
+
+    def _visible(self) -> bool:
+        inner = self.stack[self.stack.index("p") + 1 :] if "p" in self.stack else self.stack
+        return not any(t in _HIDING or t in _NOT_OWN_LINE for t in inner)
 
 
 def _command_line(text: str) -> str | None:
-    """The first `/rsi` line that GitHub shows as a paragraph of its own at the top level:
-    not in a code block, an HTML block (`<pre>`, `<script>`, a comment), a quote, a list,
-    a heading or a link reference definition (whose title can hide lines), parsed as
-    CommonMark (markdown-it) rather than line by line."""
-    # Markdown's line endings only (str.splitlines also breaks at \x85, \u2028, …).
-    text = re.sub(r"\r\n|\r", "\n", text)
-    nested = 0  # quotes and lists around the current token
-    folded = 0  # collapsed `<details>` around it
-    prev = ""
-    for tok in _MD.parse(text):
-        in_paragraph, prev = prev == "paragraph_open", tok.type
-        if tok.type in ("blockquote_open", "bullet_list_open", "ordered_list_open"):
-            nested += 1
-        elif tok.type in ("blockquote_close", "bullet_list_close", "ordered_list_close"):
-            nested -= 1
-        elif tok.type == "html_block":
-            folded += len(_DETAILS_OPEN.findall(tok.content))
-            folded = max(0, folded - len(_DETAILS_CLOSE.findall(tok.content)))
-        elif tok.type == "inline" and in_paragraph and not nested and not folded:
-            raw = tok.content.split("\n")
-            if any(line.strip(" \t") == "$$" for line in raw):
-                continue  # a math block: GitHub shows it typeset, not as a command
-            shown = _visible(tok)
-            for line, seen in zip(raw, shown, strict=False):
-                line = line.strip(" \t")
-                if _LINE.match(line) and seen.strip(" \t") == line:
-                    return line
+    """The first `/rsi` line that GitHub shows as a line of its own in a paragraph at the
+    top of the comment: the comment is rendered as GitHub renders it (cmark-gfm, raw HTML
+    kept for the walk to judge), and only what a reader sees counts."""
+    html = cmarkgfm.github_flavored_markdown_to_html(text, options=_GITHUB)
+    shown = _Shown()
+    shown.feed(html)
+    shown.close()
+    for lines in shown.paragraphs:
+        if any(line.strip(" \t") == "$$" for line in lines):
+            continue  # a math block: GitHub shows it typeset, not as a command
+        for line in lines:
+            line = line.strip(" \t\u00a0")
+            if "\0" not in line and _LINE.match(line):
+                return line
     return None
 
 

@@ -228,6 +228,10 @@ class Filter:
         return {k: v for k, v in out.items() if v is not None}
 
 
+FIRST_DAY = dt.date(2000, 1, 1)
+LAST_DAY = dt.date(2999, 12, 31)
+
+
 def _date(args: Mapping[str, str], name: str) -> dt.datetime | None:
     value = args.get(name) or None
     if value is None:
@@ -236,6 +240,8 @@ def _date(args: Mapping[str, str], name: str) -> dt.datetime | None:
         day = dt.date.fromisoformat(value)
     except ValueError:
         raise FilterError(f"{name} must be a date, YYYY-MM-DD") from None
+    if not FIRST_DAY <= day <= LAST_DAY:  # the day after 9999-12-31 is no date at all
+        raise FilterError(f"{name} must be a date from {FIRST_DAY} to {LAST_DAY}")
     start = dt.datetime.combine(day, dt.time(), dt.UTC)
     return start + dt.timedelta(days=1) if name == "until" else start
 
@@ -403,6 +409,10 @@ def _view(x: Series) -> SeriesView:
     )
 
 
+def _finite(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
+
+
 def _point(
     rows: list[SeriesPoint],
     change: float,
@@ -432,8 +442,8 @@ def _point(
         bundle_key=last.bundle_key,
         measured_at=_aware(first.measured_at),
         index=index,
-        band_low=None if half is None else index * math.exp(-half),
-        band_high=None if half is None else index * math.exp(half),
+        band_low=_finite(None if half is None else index * math.exp(-half)),
+        band_high=_finite(None if half is None else index * math.exp(half)),
         pooled=len(shown) > 1,
         measurements=tuple(
             Measurement(

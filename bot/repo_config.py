@@ -53,6 +53,7 @@ whether it changed (`If-None-Match`: a 304 costs no rate limit and no parse).
 from __future__ import annotations
 
 import difflib
+import itertools
 import json
 import logging
 import re
@@ -73,6 +74,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from bot import yaml_bounded
 from evidence import inert
 from evidence.metrics import BY_NAME, canonical
 from evidence.policy import Lead, Policy
@@ -593,8 +595,9 @@ def parse(
     """The file's text as a `ConfigResult` (never raises for bad content)."""
     source = ConfigResult(RepoConfig(), found=True, sha=sha, html_url=html_url, path=path)
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text) if root is not None else None
+        root, data = yaml_bounded.load(text)
+    except yaml_bounded.Refused as exc:
+        return fail_with(source, [Problem(exc.code, exc.params, line=exc.line, column=exc.column)])
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         what = " ".join(x for x in (exc.context, exc.problem) if x) or "invalid YAML"
@@ -604,23 +607,33 @@ def parse(
         return fail_with(source, [found])
     except yaml.YAMLError as exc:  # e.g. a control character the reader refuses
         return fail_with(source, [problem("yaml_syntax", what=str(exc))])
-    except ValueError:  # an integer past Python's digit limit for a conversion
-        return fail_with(source, [problem("number_too_long")])
+    except (ValueError, RecursionError, MemoryError) as exc:  # what no bound foresaw
+        log.warning("rsi.yml: the reader gave up: %s", type(exc).__name__)
+        return fail_with(source, [problem("yaml_unreadable", what=type(exc).__name__)])
     if data is None:  # empty, or only comments
         return source
     if not isinstance(data, dict):
         line = root.start_mark.line + 1 if root is not None else None
         kind = (("kind", _yaml_kind(data)),)
         return fail_with(source, [Problem("not_a_mapping_file", kind, line=line)])
-    duplicates = list(_duplicates(root, ()))
+    duplicates = list(itertools.islice(_duplicates(root, (), set()), MAX_PROBLEMS))
     try:
         config = RepoConfig.model_validate(data)
     except ValidationError as exc:
-        problems = [_problem(err, root) for err in exc.errors()]
-        return fail_with(source, sorted([*duplicates, *problems], key=_order))
+        errors = exc.errors()
+        problems = [_problem(err, root) for err in errors[:MAX_PROBLEMS]]
+        listed = sorted([*duplicates, *problems], key=_order)
+        more = len(errors) + len(duplicates) - MAX_PROBLEMS
+        if more > 0:  # each problem costs a walk of the file: the first ones say enough
+            listed = [*listed[:MAX_PROBLEMS], problem("more_problems", count=more)]
+        return fail_with(source, listed)
     if duplicates:
         return fail_with(source, duplicates)
     return replace(source, config=config)
+
+
+MAX_PROBLEMS = 30
+"""Problems said of one file; the rest are counted."""
 
 
 def _order(p: Problem) -> tuple[int, str]:
@@ -684,7 +697,10 @@ def _fields_at(loc: Sequence[int | str]) -> list[str]:
 
 def _shown(value: Any) -> str:
     """A value from the file, quoted safely (a code span: no mentions, no markup)."""
-    text = json.dumps(value, default=str, ensure_ascii=False)
+    try:
+        text = json.dumps(value, default=str, ensure_ascii=False)
+    except ValueError:  # an integer past Python's digit limit for str()
+        text = type(value).__name__
     return code_span(text if len(text) <= 60 else text[:57] + "…")
 
 
@@ -764,8 +780,13 @@ def _problem(err: Any, root: yaml.Node | None) -> Problem:
     )
 
 
-def _duplicates(node: yaml.Node | None, loc: tuple[int | str, ...]) -> Any:
-    """PyYAML keeps the last of two equal keys silently; a config must not."""
+def _duplicates(node: yaml.Node | None, loc: tuple[int | str, ...], seen_nodes: set[int]) -> Any:
+    """PyYAML keeps the last of two equal keys silently; a config must not. A node an
+    alias repeats is looked at once."""
+    if isinstance(node, yaml.MappingNode | yaml.SequenceNode):
+        if id(node) in seen_nodes:
+            return
+        seen_nodes.add(id(node))
     if isinstance(node, yaml.MappingNode):
         seen: set[str] = set()
         for k, v in node.value:
@@ -780,10 +801,10 @@ def _duplicates(node: yaml.Node | None, loc: tuple[int | str, ...]) -> Any:
                 )
             if name is not None:
                 seen.add(name)
-            yield from _duplicates(v, (*loc, name) if name is not None else loc)
+            yield from _duplicates(v, (*loc, name) if name is not None else loc, seen_nodes)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            yield from _duplicates(item, (*loc, i))
+            yield from _duplicates(item, (*loc, i), seen_nodes)
 
 
 # --- the PR's message ----------------------------------------------------------------------

@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from bot.cli import main
+from tests.hostile_configs import HOSTILE
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 H100 = EXAMPLES / "rsi-bundle-v-2c1f0e-h100.zip"
@@ -257,3 +258,44 @@ def test_check_config_summarises_a_good_file(
     missing = CliRunner().invoke(main, ["check-config", "nope.yml"])
     assert missing.exit_code == 2
     assert "cannot read nope.yml" in missing.output
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_check_config_refuses_a_hostile_file_with_one_problem_line(
+    tmp_path: Path, name: str
+) -> None:
+    text, code = HOSTILE[name]
+    f = tmp_path / "rsi.yml"
+    f.write_text(text)
+    got = CliRunner().invoke(main, ["check-config", str(f)])
+    assert got.exit_code == 1, got.output
+    [line] = got.output.splitlines()
+    assert line.startswith(f"{f}: ")
+    said = {
+        "yaml_too_many_nodes": "more than 5000 values, counting each alias",
+        "yaml_too_deep": "nested more than 24 levels deep",
+        "number_too_long": "too long to read (more than 40 characters)",
+        "yaml_too_large": "larger than 65536 bytes",
+    }
+    assert said[code] in line
+
+
+def test_check_config_on_a_billion_laughs_stays_small(tmp_path: Path) -> None:
+    """The whole command, in its own process: exit 1 well under 200 MiB (it expanded to
+    hours and gigabytes before the reader was bounded)."""
+    f = tmp_path / "rsi.yml"
+    f.write_text(HOSTILE["billion-laughs"][0])
+    probe = (
+        "import resource, subprocess, sys;"
+        "r = subprocess.run([sys.executable, '-m', 'bot.cli', 'check-config', sys.argv[1]],"
+        " capture_output=True, text=True);"
+        "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss);"
+        "print(r.stderr, end='')"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe, str(f)], capture_output=True, text=True, check=True
+    ).stdout
+    rc, kib = map(int, out.splitlines()[0].split())
+    assert rc == 1, out
+    assert kib < 200 * 1024, out
+    assert "more than 5000 values" in out

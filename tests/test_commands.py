@@ -172,3 +172,43 @@ def test_reverify_rounds_auto() -> None:
     cmd = parse("/rsi reverify h100 rounds=auto")
     assert (cmd.name, cmd.rounds, cmd.gpus, cmd.errors) == ("reverify", "auto", ["H100"], [])
     assert parse("/rsi reverify rounds=AUTO").rounds == "auto"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # The end tag in an HTML comment ends nothing: GitHub still shows it collapsed.
+        "<details>\n\n<!-- </details> -->\n\n/rsi reverify\n\n</details>",
+        "<details>\n<!--\n</details>\n-->\n\n/rsi reverify\n\n</details>",
+        "<details>\n\n`</details>`\n\n/rsi reverify\n\n</details>",  # in code: text
+        "<details>\n\n&lt;/details>\n\n/rsi reverify\n\n</details>",  # an escaped one
+        "<details>\n\n</detail>\n\n/rsi reverify\n\n</details>",  # a misspelt one
+        "<DETAILS Open=''>\n\n/rsi reverify",  # any case, never closed
+        "<details\n>\n\n/rsi reverify\n\n</details>",
+        # Inline in a paragraph: the paragraph's end tag does not close the block.
+        "hello <details>\n\n/rsi bisect\n\n</details>",
+        "hello <details></p>\n\n/rsi bisect\n\n</details>",
+        "<p><details>\n\n/rsi reverify\n\n</details>",
+        # Never drawn at all.
+        "<template>\n\n/rsi verify\n\n</template>",
+        "<span hidden>\n\n/rsi verify\n\n</span>",
+        "<!--\n\n/rsi verify\n\n-->",  # a comment runs on across blank lines
+        "<svg>\n\n/rsi verify\n\n</svg>",
+    ],
+)
+def test_a_command_github_does_not_show_does_not_act(text: str) -> None:
+    """Decided from the comment as GitHub renders it, not from the Markdown's lines."""
+    assert parse(text) is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "<details>\n\n<pre></details></pre>\n\n/rsi reverify",  # a real end tag closes it
+        "<div>\n\n/rsi reverify\n\n</div>",  # a paragraph in a shown block
+        "Please:  \n/rsi reverify",  # after a hard line break
+        "<details><summary>log</summary>\n\nx\n\n</details>\nok\n\n/rsi reverify",
+    ],
+)
+def test_a_command_github_shows_acts(text: str) -> None:
+    assert parse(text) == Command("reverify")

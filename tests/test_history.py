@@ -210,6 +210,40 @@ def test_a_filter_that_is_not_one_is_a_400_naming_it(
     assert resp.get_data(as_text=True).strip() == says
 
 
+@pytest.mark.parametrize("suffix", ["", ".json", ".csv"])
+@pytest.mark.parametrize(
+    ("query", "says"),
+    [
+        ("until=9999-12-31", "until must be a date from 2000-01-01 to 2999-12-31"),
+        ("since=0001-01-01", "since must be a date from 2000-01-01 to 2999-12-31"),
+    ],
+)
+def test_a_date_past_what_the_page_can_count_is_a_400_not_a_crash(
+    app: Flask, client: FlaskClient, suffix: str, query: str, says: str
+) -> None:
+    """The day after 9999-12-31 overflowed: a 500 on the page and both exports."""
+    record(app, KEY, [point(1, 1.0)])
+    resp = client.get(f"/history/{REPO}{suffix}?token={token(app)}&{query}")
+    assert resp.status_code == 400
+    assert resp.get_data(as_text=True).strip() == says
+
+
+def test_a_point_of_a_thousandfold_change_draws_no_nan_or_inf(
+    app: Flask, client: FlaskClient
+) -> None:
+    """A runner's absurd figures (the index passes float's range after ~100 of them)
+    leave the line where they stop being numbers; the exports stay strict JSON."""
+    absurd = [point(1, 1e300), point(2, -100.0), point(3, 2.0)]
+    record(app, KEY, [*absurd, *(point(n, 99_900.0) for n in range(4, 130))])
+    page = client.get(f"/history/{REPO}?token={token(app)}").get_data(as_text=True)
+    svg = page[page.index("<svg") : page.index("</svg>")]
+    assert "<polyline" in svg
+    assert "nan" not in svg.lower()
+    assert "inf" not in svg.lower()
+    data = client.get(f"/history/{REPO}.json?token={token(app)}").get_data(as_text=True)
+    json.loads(data, parse_constant=lambda c: pytest.fail(f"{c} in the JSON export"))
+
+
 def test_without_the_repository_token_there_is_no_history(app: Flask, client: FlaskClient) -> None:
     record(app, KEY, [point(1, 1.0)])
     other = rt(app).signer.history_token("sgl-project/other")

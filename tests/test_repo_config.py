@@ -26,6 +26,7 @@ from bot.repo_config import (
 )
 from evidence.policy import Policy
 from tests import appkit
+from tests.hostile_configs import HOSTILE
 from tests.standin import GitHubStandIn
 
 FULL = """\
@@ -644,3 +645,58 @@ def test_the_summary_says_the_watch_and_each_limit_once() -> None:
     watched = parse("watch: {tasks: [whisper], gpus: [H200], alert_issue: true}\n").config
     assert "watch on: whisper on H200, streaming, non-streaming" in watched.summary()
     assert "an issue for each confirmed regression" in watched.summary()
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_a_file_built_to_cost_time_or_memory_is_refused_saying_why(name: str) -> None:
+    """Each bound is checked while the file is read, before the work it guards: the
+    billion laughs never expands, deep nesting never recurses, a huge number is never
+    converted (bench/hostile_config.py times them)."""
+    text, code = HOSTILE[name]
+    result = parse(text)
+    assert [p.code for p in result.problems] == [code], result.problems
+    assert result.config == RepoConfig()
+    assert "rsi-bot" in result.problems[0].message or "too long" in result.problems[0].message
+
+
+def test_the_bounds_leave_room_for_a_real_file_and_its_anchors() -> None:
+    """Anchors a maintainer would write are read; only what they expand to is counted."""
+    text = "gpus: &g [h100, h200]\nwatch: {enabled: true, gpus: *g}\n" + "# note\n" * 2000
+    result = parse(text)
+    assert result.ok, result.error
+    assert result.config.watch.gpus == ["H100", "H200"]
+
+
+def test_many_problems_are_said_up_to_a_count() -> None:
+    text = "".join(f"k{i}: 1\n" for i in range(200))
+    result = parse(text)
+    assert len(result.problems) == repo_config.MAX_PROBLEMS + 1
+    assert result.problems[-1].code == "more_problems"
+    assert "170 more problems" in result.problems[-1].message
+
+
+def test_a_hostile_blob_is_parsed_once_for_every_repository_that_holds_it(
+    github: GitHubStandIn, gh_app: GitHubApp, iid: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parses: list[str] = []
+    real = config_file.parse
+
+    def counted(text: str, **kw: Any) -> Any:
+        parses.append(text)
+        return real(text, **kw)
+
+    monkeypatch.setattr(config_file, "parse", counted)
+    text, code = HOSTILE["billion-laughs"]
+    other = appkit.UPSTREAM.split("/")[0] + "/other-repo"
+    github.add_repo(other)
+    for repo in (appkit.UPSTREAM, other):
+        github.set_file(repo, CONFIG_PATH, text)
+    cache = ConfigCache()
+    first = cache.get(gh_app, iid, appkit.UPSTREAM)
+    cache.forget(appkit.UPSTREAM)  # a new ETag, as after a token change: read again
+    again = cache.get(gh_app, iid, appkit.UPSTREAM)
+    elsewhere = cache.get(gh_app, iid, other)
+    assert len(parses) == 1
+    assert [p.code for p in (*first.problems, *again.problems, *elsewhere.problems)] == [code] * 3
+    assert elsewhere.html_url is not None
+    assert other in elsewhere.html_url

@@ -8,7 +8,8 @@ import binascii
 import json
 import logging
 import threading
-from dataclasses import dataclass, field
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from github import GithubException
@@ -26,6 +27,9 @@ from bot.repo_config import (
 
 log = logging.getLogger(__name__)
 
+BLOBS_KEPT = 512
+"""Parsed files kept by blob sha (a result is a few kilobytes)."""
+
 
 @dataclass
 class _Entry:
@@ -42,6 +46,7 @@ class ConfigCache:
 
     path: str = CONFIG_PATH
     _entries: dict[str, _Entry] = field(default_factory=dict)
+    _blobs: OrderedDict[str, ConfigResult] = field(default_factory=OrderedDict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def get(self, gh_app: GitHubApp, installation_id: int, repo: str) -> ConfigResult:
@@ -73,7 +78,24 @@ class ConfigCache:
         return result
 
     def _read(self, doc: dict[str, Any], sha: str | None) -> ConfigResult:
+        """The file's result; a blob already read (here, or in any repository) is not
+        parsed again: a hostile file costs one bounded parse, not one an event."""
         html_url = doc.get("html_url") if isinstance(doc.get("html_url"), str) else None
+        with self._lock:
+            known = self._blobs.get(sha) if sha else None
+            if known is not None:
+                self._blobs.move_to_end(sha)  # type: ignore[arg-type]
+        if known is not None:
+            return replace(known, html_url=html_url)
+        result = self._parse(doc, sha, html_url)
+        if sha:
+            with self._lock:
+                self._blobs[sha] = result
+                while len(self._blobs) > BLOBS_KEPT:
+                    self._blobs.popitem(last=False)
+        return result
+
+    def _parse(self, doc: dict[str, Any], sha: str | None, html_url: str | None) -> ConfigResult:
         source = ConfigResult(RepoConfig(), found=True, sha=sha, html_url=html_url, path=self.path)
         if doc.get("type") != "file":
             return fail_with(source, [problem("file_not_a_file", path=code_span(self.path))])
@@ -92,6 +114,7 @@ class ConfigCache:
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
+            self._blobs.clear()
 
 
 def _json(data: str | None) -> dict[str, Any]:
