@@ -7,7 +7,6 @@ PostgreSQL URLs are routed to psycopg 3. Migrations ship inside the package, so
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,6 +18,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
+from bot import clock
 from bot.delivery_writer import DeliveryWriter
 from bot.files import private_file
 
@@ -141,7 +141,7 @@ class Database:
         (`bot.delivery_writer`; no ORM unit of work); the worker fills in `action` and
         `installation_id` when it parses the payload."""
         if self.engine.dialect.name == "postgresql":
-            return self._writer.store((delivery_id, source, event, payload))
+            return self._writer.store((delivery_id, source, event, payload, clock.utcnow()))
         from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
         from bot.models import Delivery
@@ -155,7 +155,7 @@ class Database:
                 payload=payload,
                 status="queued",
                 attempts=0,
-                received_at=dt.datetime.now(dt.UTC),
+                received_at=clock.utcnow(),
             )
             .on_conflict_do_nothing(index_elements=["id"])
         )

@@ -21,6 +21,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from bot import clock
 from bot.verification.machine import ACTIVE, FINAL, JobState, State
 
 ACTIVE_STATES = tuple(s.value for s in ACTIVE)
@@ -28,7 +29,7 @@ FINAL_STATES = tuple(s.value for s in FINAL)
 
 
 def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
+    return clock.utcnow()
 
 
 class Base(DeclarativeBase):

@@ -24,6 +24,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from bot import estimate
 from bot.history import NewPoint, SeriesKey, add_to, open_series, point_of
 from bot.models import PullRequest, Series, Verification
 from bot.repo_config import RepoConfig
@@ -176,18 +177,27 @@ def verify_minutes(
 
 def spent(rows: Iterable[Verification]) -> float:
     """GPU minutes of `rows` (oldest first), every GPU kind, both sides and start-ups: as
-    the bundles recorded them for a published verification; the most it may spend (its
-    cap, else what the last measured one spent) for one under way or one that ended after
-    dispatch without a bundle (its runners ran all the same)."""
+    the bundles recorded them for a published verification; for one queued or under way,
+    or one that ended after dispatch without a bundle (its runners ran all the same), the
+    most it may spend: its cap, else its estimate's likely minutes, else what the last
+    measured one spent. Counted from the moment it is queued, so requests made together
+    cannot each find the whole budget free."""
     total, last = 0.0, 0.0
     for v in rows:
         done = _recorded_minutes(v.headline)
         if done is not None:
             total, last = total + done, done
         elif v.state in HOLDING or (v.state in ENDED_AFTER_DISPATCH and v.dispatched_at):
-            cap = v.gpu_budget_minutes
-            total += cap * len(v.gpus or []) if cap is not None else last
+            total += holds(v, last)
     return total
+
+
+def holds(v: Verification, last: float = 0.0) -> float:
+    """The GPU minutes a verification not yet measured is counted at (see `spent`)."""
+    if v.gpu_budget_minutes is not None:
+        return v.gpu_budget_minutes * len(v.gpus or [])
+    est = estimate.Estimate.from_json(v.estimate)
+    return est.typical if est is not None else last
 
 
 def _recorded_minutes(headline: dict[str, Any] | None) -> float | None:

@@ -162,6 +162,16 @@ def _services_marked(request: pytest.FixtureRequest) -> Iterator[None]:
     test_services.MARKED = True
 
 
+@pytest.fixture(autouse=True)
+def _real_time() -> Iterator[None]:
+    """Each test starts on real time (a test may move the App's clock forward: bot/clock.py)."""
+    from bot import clock
+
+    clock.reset()
+    yield
+    clock.reset()
+
+
 @pytest.fixture(scope="session")
 def candidate_users() -> dict[str, str]:
     """This test process's candidate users (tests/candidates.py), created if missing."""

@@ -4,14 +4,14 @@ publishes no example of the case, e.g. an `issue_comment` on a PR)."""
 from __future__ import annotations
 
 import copy
-import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from flask import Flask
 from flask.testing import FlaskClient
 
+from bot import clock
 from bot.models import Verification
 from evidence.render import COMMENT_MARKER
 from tests import appkit
@@ -45,7 +45,7 @@ def push(
     p["before"], p["after"] = before, sha
     p["pull_request"]["number"] = number
     p["pull_request"]["head"]["sha"] = sha
-    p["pull_request"]["updated_at"] = _iso(datetime.now(UTC))
+    p["pull_request"]["updated_at"] = _iso(clock.utcnow())
     p["pull_request"]["base"]["ref"] = "main"
     p["sender"]["login"] = sender
     p["sender"]["type"] = "User"
@@ -67,9 +67,10 @@ def command(
     github: GitHubStandIn, number: int, body: str, user: str, user_type: str = "User"
 ) -> dict[str, Any]:
     """`user` comments `body` now. GitHub dates a comment to the second: the comment is
-    written at the next whole second, after everything the test did before it."""
-    now = datetime.now(UTC)
-    time.sleep(1 - now.microsecond / 1e6)
+    written at the next whole second, after everything the test did before it (the
+    App's and the stand-in's clock is moved there: no test waits for it)."""
+    now = clock.utcnow()
+    clock.advance(timedelta(microseconds=1_000_000 - now.microsecond))
     [cid] = github.add_comments(
         appkit.UPSTREAM, number, 1, body=body, user=user, user_type=user_type
     )

@@ -16,7 +16,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from bot import runtime
+from bot import clock, runtime
 from bot.batcher import Batcher
 from bot.db import Database, upgrade
 from bot.delivery_writer import DeliveryWriter, Row
@@ -172,7 +172,8 @@ def wait_until(cond: Callable[[], bool], timeout: float = 10.0) -> None:
 def test_deliveries_arriving_during_an_insert_are_written_together() -> None:
     with postgres_database() as url:
         upgrade(url)
-        rows: list[Row] = [(f"g-{i}", "github", "push", f'{{"n": {i}}}') for i in range(20)]
+        now = clock.utcnow()
+        rows: list[Row] = [(f"g-{i}", "github", "push", f'{{"n": {i}}}', now) for i in range(20)]
         writer, results = store_concurrently_behind_a_lock(url, rows)
         assert writer.inserts[0] == ["g-0"]
         assert sorted(writer.inserts[1]) == sorted(f"g-{i}" for i in range(1, 20))
@@ -186,12 +187,13 @@ def test_deliveries_arriving_during_an_insert_are_written_together() -> None:
 def test_a_bad_row_or_a_repeated_id_in_a_batch_fails_only_itself() -> None:
     with postgres_database() as url:
         upgrade(url)
+        now = clock.utcnow()
         rows: list[Row] = [
-            ("b-0", "github", "push", "{}"),
-            ("b-1", "github", "push", "{}"),
-            ("b-bad", "github", "push", '{"nul": "\x00"}'),  # PostgreSQL text has no NUL
-            ("b-1", "github", "push", "{}"),  # a redelivery arriving with the first one
-            ("b-2", "github", "push", "{}"),
+            ("b-0", "github", "push", "{}", now),
+            ("b-1", "github", "push", "{}", now),
+            ("b-bad", "github", "push", '{"nul": "\x00"}', now),  # PostgreSQL text has no NUL
+            ("b-1", "github", "push", "{}", now),  # a redelivery arriving with the first one
+            ("b-2", "github", "push", "{}", now),
         ]
         writer, results = store_concurrently_behind_a_lock(url, rows)
         assert results["0:b-0"] is True

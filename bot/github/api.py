@@ -23,6 +23,7 @@ import urllib3
 from github import GithubException
 from requests import RequestException
 
+from bot import clock
 from bot.github.attribution import other_pulls
 from bot.github.client import GitHubApp, TooLarge
 from evidence.model import AttributionEntry
@@ -433,7 +434,7 @@ class GitHub:
         `conclusion` (`action_required` with its `actions`, the buttons GitHub shows)."""
         kwargs: dict[str, Any] = {"status": "queued"}
         if conclusion is not None:
-            kwargs = {"conclusion": conclusion, "completed_at": dt.datetime.now(dt.UTC)}
+            kwargs = {"conclusion": conclusion, "completed_at": clock.utcnow()}
         if actions is not None:
             kwargs["actions"] = actions
         run = self._call(
@@ -470,9 +471,7 @@ class GitHub:
             }
         }
         if conclusion is not None:
-            kwargs.update(
-                status="completed", conclusion=conclusion, completed_at=dt.datetime.now(dt.UTC)
-            )
+            kwargs.update(status="completed", conclusion=conclusion, completed_at=clock.utcnow())
         elif status is not None:
             kwargs["status"] = status
         if details_url:

@@ -44,6 +44,7 @@ from werkzeug.datastructures import Headers
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
 
+from bot import clock
 from tests.standin import payloads
 from tests.standin.openapi import OpenAPI
 from tests.standin.state import (
@@ -311,7 +312,7 @@ class GitHubStandIn:
         self._web_url = web_url
         self.prefix = ENTERPRISE_PREFIX if enterprise else ""
         self.token_lifetime = timedelta(hours=1)
-        self.clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+        self.clock: Callable[[], datetime] = clock.utcnow  # the App's: tests move it
 
         self.requests: list[RecordedRequest] = []
         self.errors: list[str] = []
