@@ -265,14 +265,15 @@ class Budget(BaseModel):
         ge=0,
         le=100_000,
         allow_inf_nan=False,
-        description="GPU minutes `/rsi verify` may spend on one PR rsi-bot did not open",
+        description="GPU minutes verifications may spend on one PR rsi-bot did not open, "
+        "whatever asks for them (`/rsi verify`, a push, an approval, a re-run)",
     )
     day_gpu_minutes: float = Field(
         default=1440,
         ge=0,
         le=1_000_000,
         allow_inf_nan=False,
-        description="GPU minutes `/rsi verify` may spend in a day on PRs rsi-bot did not open",
+        description="GPU minutes verifications may spend in a day on PRs rsi-bot did not open",
     )
 
 

@@ -343,7 +343,7 @@ def test_rsi_verify_stays_within_its_budgets_per_pr_and_per_day(w: World) -> Non
     since = len(w.github.requests)
     say(w, number, "/rsi verify", "c-2")
     [told] = [b for b in comments_posted(w, since) if mentions(b, WRITER)]
-    assert "has spent 40 of its 30 GPU minutes on this PR" in told
+    assert "have spent or hold 40 of the 30 GPU minutes of this PR" in told
     assert w.latest(number).id == v.id  # nothing new queued
     other = _someones_pr(w, None)  # another PR: within its own 30, but the day's 50 hold
     say(w, other, "/rsi verify", "c-3")
@@ -455,3 +455,95 @@ def test_a_failed_watch_run_names_no_command_a_merge_cannot_take(w: World) -> No
     summary = run.output["summary"]
     assert "/rsi reverify" not in summary
     assert "the watch measures the default branch again with its next push" in summary
+
+
+def _push_to(w: World, number: int, sha: str, delivery: str, sender: str = "octocat") -> None:
+    """The PR's author pushes `sha` onto its head (the fork `octocat/sglang-omni`)."""
+    fork = "octocat/sglang-omni"
+    before = w.github.repo(fork).branches["faster-decode"]
+    w.github.set_compare(appkit.UPSTREAM, before, sha, commits=[sha], authors={sha: sender})
+    w.github.add_branch(fork, "faster-decode", sha)
+    p = copy.deepcopy(example("pull_request", "synchronize"))
+    p["repository"]["full_name"] = appkit.UPSTREAM
+    p["number"] = p["pull_request"]["number"] = number
+    p["before"], p["after"] = before, sha
+    p["pull_request"]["head"]["sha"] = sha
+    p["pull_request"]["head"]["ref"] = "faster-decode"
+    p["pull_request"]["head"]["repo"]["full_name"] = fork
+    p["pull_request"]["base"]["ref"] = "main"
+    p["sender"]["login"] = sender
+    assert w.deliver("pull_request", p, delivery) == 202
+    w.settle()
+
+
+def test_a_triager_s_rsi_verify_tracks_nothing_that_runs_until_a_writer_approves(
+    w: World,
+) -> None:
+    """Before, with `approval: never-required`, a triager's `/rsi verify` made the PR
+    tracked and each of its author's later pushes ran with no writer involved."""
+    number = _someones_pr(w, CONFIG + "approval: never-required\n")
+    w.github.set_permission(appkit.UPSTREAM, "triager-tia", "triage")
+    say(w, number, "/rsi verify", "c-triage", "triager-tia")
+    for i, sha in enumerate(("1" * 40, "2" * 40, "3" * 40)):
+        _push_to(w, number, sha, f"p-{i}")
+    assert w.github.dispatches == []
+    held = w.latest(number)
+    assert (held.head_sha, held.state) == ("3" * 40, "awaiting-approval")
+    # A writer's word approves a head: from then on the policy lets pushes run.
+    w.github.set_permission(appkit.UPSTREAM, WRITER, "write")
+    say(w, number, "/rsi reverify", "c-writer")
+    assert w.latest(number).state == "dispatched"
+    _push_to(w, number, "4" * 40, "p-4")
+    assert (w.latest(number).head_sha, w.latest(number).state) == ("4" * 40, "dispatched")
+    w.github.assert_clean()
+
+
+def test_a_push_to_a_pr_past_its_budget_is_refused_before_dispatch(w: World) -> None:
+    """Every path counts against the PR's and the day's budget, not only `/rsi verify`:
+    here the author's pushes to a PR a writer adopted, with the first still running."""
+    auto = CONFIG.replace("rounds: 4", "rounds: auto")  # a cap: what a run holds
+    number = _someones_pr(w, auto + "budget:\n  pr_gpu_minutes: 15\n  gpu_minutes: 20\n")
+    w.github.set_permission(appkit.UPSTREAM, WRITER, "write")
+    w.github.set_permission(appkit.UPSTREAM, "octocat", "write")  # trusted: pushes run
+    say(w, number, "/rsi verify", "c-1")
+    first = w.latest(number)
+    assert first.state == "dispatched"  # holds its cap: 20 minutes on H200
+    dispatched = len(w.github.dispatches)
+    _push_to(w, number, "5" * 40, "p-5")
+    second = w.latest(number)
+    assert second.head_sha == "5" * 40
+    assert (second.state, (second.end_reason or {}).get("code")) == ("cancelled", "over-budget")
+    assert (second.end_reason or {})["params"]["spent"] == "20"  # the first, at its cap
+    assert len(w.github.dispatches) == dispatched
+    w.github.assert_clean()
+
+
+@pytest.mark.parametrize("path", ["approve-button", "re-run"])
+def test_approving_a_head_past_the_pr_s_budget_dispatches_nothing(w: World, path: str) -> None:
+    """The Approve and verify button and a check's Re-run queue a verification like any
+    other request: past the PR's budget it is refused before dispatch, with the reason."""
+    from tests.test_approvals import press, rerun
+
+    auto = CONFIG.replace("rounds: 4", "rounds: auto")
+    number = _someones_pr(w, auto + "budget:\n  pr_gpu_minutes: 15\n  gpu_minutes: 20\n")
+    w.github.set_permission(appkit.UPSTREAM, WRITER, "write")
+    say(w, number, "/rsi verify", "c-1")
+    assert w.latest(number).state == "dispatched"  # holds its 20-minute cap
+    _push_to(w, number, "6" * 40, "p-6")  # an outsider's push: waits for approval
+    waiting = w.latest(number)
+    assert waiting.state == "awaiting-approval"
+    dispatched = len(w.github.dispatches)
+    if path == "approve-button":
+        assert waiting.check_run_id is not None
+        check = w.github.check_runs[waiting.check_run_id]
+        assert w.deliver("check_run", press(w, check, WRITER), "press") == 202
+    else:
+        assert w.deliver("check_run", rerun(w, number, "6" * 40, WRITER), "rerun") == 202
+    w.settle()
+    v = w.latest(number)
+    assert v.head_sha == "6" * 40
+    assert (v.state, (v.end_reason or {}).get("code")) == ("cancelled", "over-budget")
+    assert len(w.github.dispatches) == dispatched
+    said = w.reason(v.id)
+    assert "have spent or hold 20 of its 15 GPU minutes" in said
+    w.github.assert_clean()

@@ -93,9 +93,13 @@ def pushed(p: StepPorts, h: Head) -> None:
         known = approvals.trusted(s, repo, number, sha)
         anchor = approvals.last_trusted(s, repo, number, sha)
         unseen = approvals.untrusted_heads(s, repo, number) - {sha}
+        # A PR rsi-bot did not open is measured on a writer's word: until a writer has
+        # approved one of its heads (a triager's `/rsi verify` only asks), no policy lets
+        # its pushes run by themselves.
+        vouched = pr.opened_by_app or anchor is not None
     config = p.repo_config(repo).config
     outsiders: list[Outsider] = []
-    if config.approval == "never-required" or known:
+    if (config.approval == "never-required" and vouched) or known:
         trusted = True
     elif _trusted_account(p, repo, config, sender, {}):
         outsiders = _outsiders(p, repo, config, sender, h.base_ref, anchor, sha, unseen)

@@ -48,7 +48,7 @@ def start(svc: StepPorts, vid: str) -> None:
             return
         repo = v.repo
         busy = store.running_count(s, repo, vid)
-        over = over_budget(s, v, svc.repo_config(repo).config.budget, commands=False)
+        over = over_budget(s, v, svc.repo_config(repo).config.budget)
         # A command's reply says it (bot/features/commands.py): no second word then.
         told = (triggers.parse(v.trigger) or ("", ""))[0] in COMMANDS
     if over is not None:
@@ -64,19 +64,18 @@ def start(svc: StepPorts, vid: str) -> None:
 COMMANDS = ("verify", "reverify")  # triggers whose command answers in a reply
 
 
-def over_budget(
-    s: Session, v: Verification, budget: Budget, *, commands: bool = True
-) -> Reason | None:
-    """Why `v` may not start: the least its estimate says it spends does not fit a budget
-    (fixed rounds have no stop of their own; `commands`: also `/rsi verify`'s minutes on a
-    PR rsi-bot did not open, decided once, when the command is answered). Without an
-    estimate nothing is refused: rounds until decided stop at the budget, and the command
-    budgets were checked when it was asked. The watch and the hunt for a culprit keep
-    their own daily budget."""
-    est = estimate.Estimate.from_json(v.estimate)
-    if est is None or v.watch or v.inquiry_id is not None:
+def over_budget(s: Session, v: Verification, budget: Budget) -> Reason | None:
+    """Why `v` may not start, whatever asked for it (intake, a push, a command, the
+    approve button, a re-run): the least its estimate says it spends passes the cap of a
+    verification with fixed rounds, or, on a PR rsi-bot did not open, the minutes left of
+    that PR's budget or of the day's (`spent` counts what is queued or running at its
+    cap or estimate, so requests made together cannot each find the budget free). A
+    budget already spent refuses even a verification without an estimate. The watch and
+    the hunt for a culprit keep their own daily budget."""
+    if v.watch or v.inquiry_id is not None:
         return None
-    if not v.adaptive and budget.gpu_minutes is not None:
+    est = estimate.Estimate.from_json(v.estimate)
+    if est is not None and not v.adaptive and budget.gpu_minutes is not None:
         worst = max(g.low for g in est.gpus.values())
         if worst > budget.gpu_minutes:
             return Reason(
@@ -87,23 +86,23 @@ def over_budget(
                     "budget": f"{budget.gpu_minutes:g}",
                 },
             )
-    kind = (triggers.parse(v.trigger) or ("", ""))[0]
-    if not commands or kind not in COMMANDS or v.pr_number is None:
+    if v.pr_number is None:
         return None
     pr = store.pull_request(s, v.repo, v.pr_number)
     if pr is None or pr.opened_by_app:
         return None
+    low = est.low if est is not None else 0.0
     on_pr, today = watch.verify_minutes(s, v.repo, v.pr_number, utcnow(), but=v.id)
     for which, spent, most in (
         ("pr", on_pr, budget.pr_gpu_minutes),
         ("day", today, budget.day_gpu_minutes),
     ):
-        if spent + est.low > most:
+        if spent >= most or spent + low > most:
             return Reason(
                 R.OVER_BUDGET,
                 {
                     "which": which,
-                    "low": f"{est.low:.0f}",
+                    "low": f"{low:.0f}",
                     "spent": f"{spent:.0f}",
                     "budget": f"{most:g}",
                 },
