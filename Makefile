@@ -19,7 +19,7 @@ PYTEST := $(BIN)/pytest -n $(TEST_WORKERS) --maxschedchunk 2 --durations=30
 # the App's CLI): with bytecode caching off each one compiles its modules again.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: demo test services lint typecheck unit unit-fast durations bench clean
+.PHONY: demo test services lint typecheck unit unit-fast durations bench clean coverage-select
 
 # uv installs the same pinned packages as pip in seconds rather than a minute (a fresh
 # clone's `make test` installs everything); pip does it where uv cannot be had.
@@ -55,6 +55,14 @@ typecheck: $(VENV)/.installed-test
 unit: $(VENV)/.installed-test
 	$(PYTEST) --cov=bot/verification --cov-branch --cov-report=term-missing:skip-covered \
 	    --cov-fail-under=95 --durations-json=out/test-durations.json
+
+# Choose again which tests `make unit` traces for coverage (tests/select_coverage.py): the
+# whole suite traced, each test its own context, then the fewest tests that reach every
+# branch twice. Run it after changing bot/verification or its tests.
+coverage-select: $(VENV)/.installed-test
+	RSI_COVER_ALL=1 $(PYTEST) --cov=bot/verification --cov-branch --cov-context=test \
+	    --cov-report=term:skip-covered
+	$(BIN)/python -m tests.select_coverage .coverage
 
 # PostgreSQL, Redis, Chromium, wrk, a C compiler and the runner's candidate users: started
 # or installed as root, or the exact command to run. Every test needs them or fails.

@@ -67,6 +67,10 @@ class Settings(MetricsSettings):
     RSI_RUNNER_REPO: str = Field(pattern=r"^[\w.-]+/[\w.-]+$")
     RSI_WORKFLOW: str = "rsi-verify.yml"
     RSI_TRUSTED_PUSHERS: str = ""
+    # The shared runner pool (bot/pool.py): verifications holding runners at once for one
+    # installation's repositories, and jobs at once per runner kind ("H100=4,H200=8").
+    RSI_INSTALLATION_MAX_RUNNING: int | None = Field(default=8, ge=1)
+    RSI_POOL_MAX_RUNNING: str = Field(default="", pattern=r"^(\s*[A-Za-z0-9]+=\d+\s*,?)*$")
     # A failed effect (a GitHub write, a bundle download) is retried this many times,
     # waiting BACKOFF, 2×BACKOFF, … (at most 10 minutes), then the verification fails.
     RSI_EFFECT_ATTEMPTS: int = Field(default=8, ge=1, le=50)

@@ -67,6 +67,12 @@ class Services:
         self._config_seen[repo] = (now, result)
         return result
 
+    def known_config(self, repo: str) -> ConfigResult | None:
+        """The repository's configuration as last read by this process, however old, or
+        None: for weighing other repositories' queued work without a request each."""
+        hit = self._config_seen.get(repo)
+        return hit[1] if hit is not None else None
+
     def enqueue_delivery(self, delivery_id: str) -> None:
         """Best effort, off the request thread (`bot.batcher`): a delivery left `queued`
         is picked up again by the reconciler. An immediate (in-process) queue runs the job

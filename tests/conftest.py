@@ -1,8 +1,10 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import inspect
+import os
 import shutil
 import tempfile
 import types
@@ -129,9 +131,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     bot/verification, which such a test never reaches, and coverage's tracer would make
     its CPU-bound work two to three times slower. A test that reaches the App is traced
     whole, as before."""
+    from tests import select_coverage
+
+    # Only the listed tests are traced (tests/select_coverage.py says why), unless the
+    # list is being chosen again (`make coverage-select`).
+    traced = None if os.environ.get("RSI_COVER_ALL") else select_coverage.listed() or None
     for item in items:
         if not isinstance(item, pytest.Function):
             continue
+        if traced is not None and item.nodeid not in traced:
+            item.add_marker(pytest.mark.no_cover)
         funcs = [item.function]
         for defs in item._fixtureinfo.name2fixturedefs.values():
             funcs.extend(d.func for d in defs)
@@ -160,6 +169,34 @@ def _services_marked(request: pytest.FixtureRequest) -> Iterator[None]:
     test_services.NODE = request.node.nodeid
     yield
     test_services.MARKED = True
+
+
+@contextlib.contextmanager
+def _untraced(item: pytest.Item) -> Iterator[None]:
+    """Coverage paused around a `no_cover` test's fixtures too (pytest-cov pauses only
+    its call): a world built untraced costs a third of one built traced."""
+    plugin = item.config.pluginmanager.getplugin("_cov")
+    ctl = getattr(plugin, "cov_controller", None)
+    if ctl is None or not ctl.started or item.get_closest_marker("no_cover") is None:
+        yield
+        return
+    ctl.pause()
+    try:
+        yield
+    finally:
+        ctl.resume()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    with _untraced(item):
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    with _untraced(item):
+        yield
 
 
 @pytest.fixture(autouse=True)

@@ -105,10 +105,12 @@ class Verification:
 
 @dataclass(frozen=True)
 class Start:
-    """The start step looked: `busy` of the repository's `max_running` are running."""
+    """The start step looked: `busy` of the repository's `max_running` are running, and
+    whether the shared runner pool gives it its `turn` (bot/pool.py)."""
 
     busy: int = 0
     max_running: int = 1_000
+    turn: bool = True
 
 
 @dataclass(frozen=True)
@@ -475,7 +477,7 @@ def _await(v: Verification, e: AwaitApproval) -> tuple[Verification, tuple[Effec
 
 def _start(v: Verification, e: Start) -> tuple[Verification, tuple[Effect, ...]]:
     pending = [j for j in v.jobs if j.state == JobState.PENDING]
-    if v.state != State.QUEUED or not pending or e.busy >= e.max_running:
+    if v.state != State.QUEUED or not pending or e.busy >= e.max_running or not e.turn:
         return v, ()  # already started, or over the GPU budget: the reconciler retries
     effects: list[Effect] = (
         []

@@ -18,7 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from bot import approvals, estimate, inquiries, observability, triggers, watch
+from bot import approvals, estimate, inquiries, observability, pool, triggers, watch
 from bot.models import Effect, PullRequest, Verification, utcnow
 from bot.repo_config import Budget, Plan, RepoConfig
 from bot.verification import fresh, store
@@ -56,9 +56,22 @@ def start(svc: StepPorts, vid: str) -> None:
         apply(svc, vid, M.Cancel(Reason(over.code, {**over.params, "told": told})))
         return
     limit = svc.repo_config(repo).config.budget.max_running
-    if busy >= limit:
-        log.info("%s of %s waits: %d verifications running", vid, repo, busy)
-    apply(svc, vid, M.Start(busy=busy, max_running=limit))
+
+    def cap(other: str) -> int:
+        if other == repo:
+            return limit
+        known = svc.known_config(other)
+        return (known.config if known else RepoConfig()).budget.max_running
+
+    caps = pool.Caps.parse(
+        svc.settings.RSI_INSTALLATION_MAX_RUNNING, svc.settings.RSI_POOL_MAX_RUNNING
+    )
+    with svc.db.session() as s:
+        v = store.get(s, vid)
+        wait = pool.waits(s, v, caps, cap) if v is not None else None
+    if wait is not None:
+        log.info("%s of %s waits its turn: the %s cap (%d running here)", vid, repo, wait, busy)
+    apply(svc, vid, M.Start(busy=busy, max_running=limit, turn=wait is None))
 
 
 COMMANDS = ("verify", "reverify")  # triggers whose command answers in a reply

@@ -1,0 +1,137 @@
+"""The shared runner pool: whether a queued verification's turn has come.
+
+Several repositories, of several installations, share one App and one pool of GPU
+runners. Each repository caps its own work (`budget.max_running`); the operator caps what
+one installation's repositories hold at once and what each runner kind (H100, H200)
+runs at once (`RSI_INSTALLATION_MAX_RUNNING`, `RSI_POOL_MAX_RUNNING`). Where a cap is
+reached, queued work waits and is taken in order: by class first (a maintainer's request,
+then a candidate or a push, then the watch of main, then a hunt's steps), then the
+repository holding fewest runners first (so one repository flooding the queue gets its
+share and no more), then the oldest. Work that its own repository's cap holds back
+does not count ahead of anyone: a flood never blocks other repositories.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from bot import triggers
+from bot.models import ACTIVE_STATES, RunnerJob, Verification
+from bot.verification import machine as M
+
+CLASSES = {
+    "reverify": 0,
+    "verify": 0,
+    "approve": 0,
+    "rerun": 0,
+    "intake": 1,
+    "push": 1,
+    "push-after-review": 1,
+    "push-awaiting": 1,
+    "watch": 2,
+    "confirm": 3,
+    "bisect": 3,
+}
+"""Who waits for whom: lower goes first (a hunt's steps last: they wait for a budget anyway)."""
+_LIVE = (M.JobState.DISPATCHING.value, M.JobState.DISPATCHED.value, M.JobState.RUNNING.value)
+
+
+@dataclass(frozen=True)
+class Caps:
+    """The operator's caps (None: none)."""
+
+    installation: int | None = None
+    kinds: tuple[tuple[str, int], ...] = ()
+
+    @classmethod
+    def parse(cls, installation: int | None, kinds: str) -> Caps:
+        """`kinds` as `H100=4,H200=8` (an empty string: no cap)."""
+        out: list[tuple[str, int]] = []
+        for part in filter(None, (p.strip() for p in kinds.split(","))):
+            name, eq, value = part.partition("=")
+            if not eq or not value.strip().isdigit() or not name.strip():
+                raise ValueError(f"{part!r}: expected KIND=N, e.g. H100=4")
+            out.append((name.strip().upper(), int(value)))
+        return cls(installation, tuple(out))
+
+
+def class_of(v: Verification) -> int:
+    kind = (triggers.parse(v.trigger) or ("", ""))[0]
+    if v.inquiry_id is not None:
+        return CLASSES["bisect"]
+    return CLASSES.get(kind, 1)
+
+
+def waits(
+    s: Session,
+    v: Verification,
+    caps: Caps,
+    repo_cap: Callable[[str], int],
+) -> str | None:
+    """None when `v` may take its runners now; else what it waits for (`repository`,
+    `installation` or a runner kind). `repo_cap(repo)`: that repository's
+    `budget.max_running`."""
+    running = _running(s)
+    queued = [
+        q
+        for q in s.scalars(select(Verification).where(Verification.state == M.State.QUEUED.value))
+        if q.id != v.id
+    ]
+    held: dict[str, int] = {}
+    by_installation: dict[int | None, int] = {}
+    for r in running:
+        held[r.repo] = held.get(r.repo, 0) + 1
+        by_installation[r.installation_id] = by_installation.get(r.installation_id, 0) + 1
+
+    def blocked(q: Verification) -> bool:
+        """Held back by its own repository's or installation's cap, not the pool's."""
+        if held.get(q.repo, 0) >= repo_cap(q.repo):
+            return True
+        most, own = caps.installation, q.installation_id
+        return most is not None and own is not None and by_installation.get(own, 0) >= most
+
+    mine = _key(v, held)
+    # Only work that could start but for the shared caps stands in line.
+    ahead = [q for q in queued if not blocked(q) and _key(q, held) < mine]
+    if held.get(v.repo, 0) >= repo_cap(v.repo):
+        return "repository"
+    if caps.installation is not None and v.installation_id is not None:
+        scope = [x for x in (*running, *ahead) if x.installation_id == v.installation_id]
+        if len(scope) >= caps.installation:
+            return "installation"
+    for kind, cap in caps.kinds:
+        if kind in (v.gpus or []):
+            taken = _kind_jobs(s, kind) + sum(1 for q in ahead if kind in (q.gpus or []))
+            if taken >= cap:
+                return kind
+    return None
+
+
+def _key(v: Verification, held: dict[str, int]) -> tuple[int, int, str, str]:
+    return (class_of(v), held.get(v.repo, 0), v.created_at.isoformat(), v.id)
+
+
+def _running(s: Session) -> Sequence[Verification]:
+    """Active verifications with a run on a GPU or on its way there."""
+    ids = select(RunnerJob.verification_id).where(RunnerJob.state.in_(_LIVE))
+    return s.scalars(
+        select(Verification).where(Verification.state.in_(ACTIVE_STATES), Verification.id.in_(ids))
+    ).all()
+
+
+def _kind_jobs(s: Session, kind: str) -> int:
+    n = s.scalar(
+        select(func.count())
+        .select_from(RunnerJob)
+        .join(Verification)
+        .where(
+            RunnerJob.gpu == kind,
+            RunnerJob.state.in_(_LIVE),
+            Verification.state.in_(ACTIVE_STATES),
+        )
+    )
+    return int(n or 0)
