@@ -518,3 +518,29 @@ def test_a_bisection_step_that_decides_neither_half_is_measured_again(w: World) 
     assert measure_steps(w, 9) == 3
     q = inquiry(w)
     assert (q.state, q.culprit_pr) == ("alerted", 44), (q.steps, q.end_reason)
+
+
+def test_a_hunt_s_steps_wait_for_the_watch_s_day_budget_then_go_on(w: World) -> None:
+    """The confirming rerun and the bisection steps dispatch within the watch's GPU
+    minutes a day, counting what the watch's own measurement recorded: past them the
+    hunt waits (nothing dispatched); with room again, the reconciler's pass goes on."""
+    merges(w)
+    tight = CONFIG + "  gpu_minutes_per_day: 5\n"
+    w.github.set_file(appkit.UPSTREAM, ".github/rsi.yml", tight)
+    push(w, appkit.BASE_SHA, COMMITS[-1], "push-1")
+    with w.svc.db.session() as s:
+        [v] = s.scalars(select(Verification).where(Verification.watch.is_(True))).all()
+    dispatched = len(w.github.dispatches)
+    w.finish(v.id, base_sha=v.base_sha, head_sha=v.head_sha, speedup=-0.08, gpu_minutes=True)
+    with w.svc.db.session() as s:
+        assert watch.minutes_today(s, appkit.UPSTREAM, dt.datetime.now(dt.UTC)) > 5
+    q = inquiry(w)
+    assert q.state == "confirming"
+    assert steps_running(w) == []
+    assert len(w.github.dispatches) == dispatched  # the confirmation waits for the budget
+    w.github.set_file(appkit.UPSTREAM, ".github/rsi.yml", CONFIG)  # a day's room again
+    w.svc._config_seen.clear()  # a minute later: the file is read again
+    w.reconcile()
+    inquiries.resume(w.svc)
+    w.settle()
+    assert len(steps_running(w)) == 1
