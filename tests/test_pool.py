@@ -112,7 +112,7 @@ def test_a_pool_setting_that_is_not_kind_equals_n_is_refused(bad: str) -> None:
 def test_under_a_flood_the_others_wait_a_bounded_time_and_the_flooder_its_share() -> None:
     """bench/fair_share.py's load (fewer ticks): one repository asks every ten seconds,
     nine others now and then; the pool has 6 H100s, 4 a installation, 2 a repository."""
-    got = fair_share.simulate(90, seed=3, caps=pool.Caps.parse(4, "H100=6"))
+    got = fair_share.simulate(45, seed=3, caps=pool.Caps.parse(4, "H100=6"))
     assert max(got.flood_held) <= 2  # its repository's cap, however much it asks
     others = [w for (who, _), ws in got.waits.items() if who == "other" for w in ws]
     assert others

@@ -175,8 +175,9 @@ def test_the_dry_server_batches_requests_that_meet(tmp_path: Path) -> None:
         sizes = [n for n, _ in got]
         assert max(sizes) <= 4  # never more than `batch` in a step
         assert max(sizes) > 1  # requests that met ran together
-        for n, lat in got:  # each took its whole step's time, window included
-            assert lat >= 0.3 + 0.2 * (1 + 0.15 * (n - 1)) - 0.01
+        for n, lat in got:  # each took its whole step's work (a late joiner waits less
+            # of the window than the first: the window is not asserted per request)
+            assert lat >= 0.2 * (1 + 0.15 * (n - 1)) - 0.01
         # Eight in steps of at most four: at least two steps, one after the other.
         assert wall >= 2 * (0.3 + 0.2) - 0.01
         assert max(lat for _, lat in got) >= 2 * 0.2 + 0.3 - 0.01
