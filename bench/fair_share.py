@@ -58,7 +58,9 @@ def database() -> Iterator[Database]:
             db.dispose()
 
 
-def simulate(ticks: int, seed: int, caps: pool.Caps, repo_cap: int = 2) -> Outcome:
+def simulate(
+    ticks: int, seed: int, caps: pool.Caps, repo_cap: int = 2, flood: bool = True
+) -> Outcome:
     rnd = random.Random(seed)
     out = Outcome()
     ends: dict[str, int] = {}
@@ -69,7 +71,8 @@ def simulate(ticks: int, seed: int, caps: pool.Caps, repo_cap: int = 2) -> Outco
             now = T0 + dt.timedelta(seconds=t * TICK_S)
             with db.session() as s:
                 # The flooder: a command or a push every ten seconds, all day.
-                asks: list[tuple[str, str]] = [(FLOODER, rnd.choice(["maintainer", "push"]))]
+                kind = rnd.choice(["maintainer", "push"])
+                asks: list[tuple[str, str]] = [(FLOODER, kind)] if flood else []
                 for repo in REPOS[1:]:  # the others: one request every ~20 minutes each
                     if rnd.random() < TICK_S / 1200:
                         asks.append((repo, rnd.choice(list(KINDS))))
@@ -132,19 +135,27 @@ def pct(xs: list[float], q: float) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--ticks", type=int, default=240)
+    ap.add_argument("--ticks", type=int, default=180)
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
     caps = pool.Caps.parse(4, "H100=6")
-    got = simulate(a.ticks, a.seed, caps)
     print(f"{a.ticks} ticks of {TICK_S} s; pool H100=6, 4 a installation, 2 a repository")
-    print(f"{'who':6} {'class':10} {'started':>7} {'p50 s':>7} {'p95 s':>7} {'max s':>7}")
-    for (who, label), xs in sorted(got.waits.items()):
-        print(
-            f"{who:6} {label:10} {len(xs):7} {pct(xs, 50):7.0f} {pct(xs, 95):7.0f} {max(xs):7.0f}"
-        )
-    share = sum(got.flood_held) / max(sum(got.held_total), 1)
-    print(f"flooder held {max(got.flood_held)} runners at most; {share:.0%} of runner-ticks")
+    print(
+        f"{'flood':6} {'who':6} {'class':10} {'started':>7} {'p50 s':>7} {'p95 s':>7} {'max s':>7}"
+    )
+    for flood in (False, True):
+        got = simulate(a.ticks, a.seed, caps, flood=flood)
+        for (who, label), xs in sorted(got.waits.items()):
+            p50, p95 = pct(xs, 50), pct(xs, 95)
+            print(
+                f"{'yes' if flood else 'no':6} {who:6} {label:10} {len(xs):7} {p50:7.0f} "
+                f"{p95:7.0f} {max(xs):7.0f}"
+            )
+        if flood:
+            share = sum(got.flood_held) / max(sum(got.held_total), 1)
+            print(
+                f"flooder held {max(got.flood_held)} runners at most; {share:.0%} of runner-ticks"
+            )
 
 
 if __name__ == "__main__":

@@ -4,11 +4,11 @@ Several repositories, of several installations, share one App and one pool of GP
 runners. Each repository caps its own work (`budget.max_running`); the operator caps what
 one installation's repositories hold at once and what each runner kind (H100, H200)
 runs at once (`RSI_INSTALLATION_MAX_RUNNING`, `RSI_POOL_MAX_RUNNING`). Where a cap is
-reached, queued work waits and is taken in order: by class first (a maintainer's request,
-then a candidate or a push, then the watch of main, then a hunt's steps), then the
-repository holding fewest runners first (so one repository flooding the queue gets its
-share and no more), then the oldest. Work that its own repository's cap holds back
-does not count ahead of anyone: a flood never blocks other repositories.
+reached, queued work waits and is taken in order: requests (a maintainer's command, a
+candidate, a push) before the watch of main, the watch before a hunt's steps; among
+requests, the repository holding fewest runners first (so one repository flooding the
+queue gets its share and no more), then a maintainer's before a push, then the oldest.
+Work that its own repository's cap holds back does not count ahead of anyone.
 """
 
 from __future__ import annotations
@@ -111,8 +111,14 @@ def waits(
     return None
 
 
-def _key(v: Verification, held: dict[str, int]) -> tuple[int, int, str, str]:
-    return (class_of(v), held.get(v.repo, 0), v.created_at.isoformat(), v.id)
+def _key(v: Verification, held: dict[str, int]) -> tuple[int, int, int, str, str]:
+    """Background work (the watch, then a hunt) after every request a person or a
+    candidate made; among those requests, the repository holding fewest runners first,
+    then a maintainer's before a push, then the oldest: a repository flooding the queue
+    with commands still waits behind another's first push."""
+    cls = class_of(v)
+    tier = 0 if cls <= CLASSES["push"] else cls
+    return (tier, held.get(v.repo, 0), cls, v.created_at.isoformat(), v.id)
 
 
 def _running(s: Session) -> Sequence[Verification]:
