@@ -54,8 +54,10 @@ _HIDING = frozenset(
     # Collapsed until clicked, or never shown: GitHub's sanitizer drops these with what
     # they hold (script, style, …), or the browser does not draw it (template, hidden).
     {"details", "script", "style", "template", "noscript", "iframe", "noembed", "noframes"}
-    | {"plaintext", "xmp", "svg", "math", "textarea", "select", "object", "title"}
+    | {"plaintext", "xmp", "svg", "math", "textarea", "select", "object", "title", "rp"}
 )
+_SCOPE = frozenset({"table", "td", "th", "caption", "template", "html", "marquee", "object"})
+"""An end tag never closes an element outside these (HTML's "in scope" rule)."""
 _NOT_OWN_LINE = frozenset(
     # Shown, but not a request of the commenter's own: quoted, listed, a heading, a
     # table cell, code, a link's text, struck through.
@@ -100,13 +102,18 @@ class _Shown(HTMLParser):
         elif tag != "p":
             self._text("\0")
 
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        """`<details/>`: HTML ignores the slash of an element that is not void, so the
+        element stays open (HTMLParser would close it at once)."""
+        self.handle_starttag(tag, attrs)
+
     def handle_endtag(self, tag: str) -> None:
         for i in range(len(self.stack) - 1, -1, -1):
             if self.stack[i] == tag:
                 del self.stack[i:]
                 break
-            if self.stack[i] == "details":
-                return  # not across a collapsed block: it stays closed
+            if self.stack[i] == "details" or self.stack[i] in _SCOPE:
+                return  # not across a collapsed block, nor out of a table's cell
         else:
             return
         if tag == "p":
@@ -139,11 +146,15 @@ def _command_line(text: str) -> str | None:
     shown.feed(html)
     shown.close()
     for lines in shown.paragraphs:
-        if any(line.strip(" \t") == "$$" for line in lines):
+        if any("$$" in line for line in lines):
             continue  # a math block: GitHub shows it typeset, not as a command
+        before = ""
         for line in lines:
+            # Inside `$…$` math opened on an earlier line: typeset, not a command.
+            math = len(re.findall(r"(?<!\\)\$", before)) % 2 == 1
+            before += line + "\n"
             line = line.strip(" \t\u00a0")
-            if "\0" not in line and _LINE.match(line):
+            if "\0" not in line and not math and _LINE.match(line):
                 return line
     return None
 

@@ -13,6 +13,7 @@ Work that its own repository's cap holds back does not count ahead of anyone.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -59,7 +60,20 @@ class Caps:
         return cls(installation, tuple(out))
 
 
-def class_of(v: Verification) -> int:
+@dataclass(frozen=True)
+class _Queued:
+    """What the turn of a queued verification depends on (read as columns, not rows)."""
+
+    id: str
+    repo: str
+    trigger: str
+    inquiry_id: int | None
+    installation_id: int | None
+    gpus: list[str] | None
+    created_at: dt.datetime
+
+
+def class_of(v: Verification | _Queued) -> int:
     kind = (triggers.parse(v.trigger) or ("", ""))[0]
     if v.inquiry_id is not None:
         return CLASSES["bisect"]
@@ -74,34 +88,34 @@ def waits(
 ) -> str | None:
     """None when `v` may take its runners now; else what it waits for (`repository`,
     `installation` or a runner kind). `repo_cap(repo)`: that repository's
-    `budget.max_running`."""
+    `budget.max_running`. Of each repository's queued work only as much as its cap
+    leaves room for can stand ahead, so a repository's flood of thousands costs each
+    start one read of the queue, not thousands of comparisons."""
     running = _running(s)
-    queued = [
-        q
-        for q in s.scalars(select(Verification).where(Verification.state == M.State.QUEUED.value))
-        if q.id != v.id
-    ]
     held: dict[str, int] = {}
     by_installation: dict[int | None, int] = {}
     for r in running:
         held[r.repo] = held.get(r.repo, 0) + 1
         by_installation[r.installation_id] = by_installation.get(r.installation_id, 0) + 1
-
-    def blocked(q: Verification) -> bool:
-        """Held back by its own repository's or installation's cap, not the pool's."""
-        if held.get(q.repo, 0) >= repo_cap(q.repo):
-            return True
-        most, own = caps.installation, q.installation_id
-        return most is not None and own is not None and by_installation.get(own, 0) >= most
-
-    mine = _key(v, held)
-    # Only work that could start but for the shared caps stands in line.
-    ahead = [q for q in queued if not blocked(q) and _key(q, held) < mine]
     if held.get(v.repo, 0) >= repo_cap(v.repo):
         return "repository"
+    mine = _key(_row(v), held)
+    room: dict[str, int] = {}
+    ahead: list[_Queued] = []
+    for q in _queued(s):
+        if q.repo not in room:  # what its own repository's cap lets start
+            room[q.repo] = max(0, repo_cap(q.repo) - held.get(q.repo, 0))
+        if room[q.repo] == 0 or q.id == v.id or _key(q, held) >= mine:
+            continue
+        most, own = caps.installation, q.installation_id
+        full = most is not None and own is not None and by_installation.get(own, 0) >= most
+        if room[q.repo] > 0 and not full:
+            room[q.repo] -= 1
+            ahead.append(q)
     if caps.installation is not None and v.installation_id is not None:
-        scope = [x for x in (*running, *ahead) if x.installation_id == v.installation_id]
-        if len(scope) >= caps.installation:
+        mates = by_installation.get(v.installation_id, 0)
+        mates += sum(1 for q in ahead if q.installation_id == v.installation_id)
+        if mates >= caps.installation:
             return "installation"
     for kind, cap in caps.kinds:
         if kind in (v.gpus or []):
@@ -111,7 +125,27 @@ def waits(
     return None
 
 
-def _key(v: Verification, held: dict[str, int]) -> tuple[int, int, int, str, str]:
+def _row(v: Verification) -> _Queued:
+    return _Queued(v.id, v.repo, v.trigger, v.inquiry_id, v.installation_id, v.gpus, v.created_at)
+
+
+def _queued(s: Session) -> list[_Queued]:
+    """Every queued verification, oldest first."""
+    cols = (
+        Verification.id,
+        Verification.repo,
+        Verification.trigger,
+        Verification.inquiry_id,
+        Verification.installation_id,
+        Verification.gpus,
+        Verification.created_at,
+    )
+    q = select(*cols).where(Verification.state == M.State.QUEUED.value)
+    rows = s.execute(q.order_by(Verification.created_at, Verification.id)).all()
+    return [_Queued(*row) for row in rows]
+
+
+def _key(v: _Queued, held: dict[str, int]) -> tuple[int, int, int, str, str]:
     """Background work (the watch, then a hunt) after every request a person or a
     candidate made; among those requests, the repository holding fewest runners first,
     then a maintainer's before a push, then the oldest: a repository flooding the queue

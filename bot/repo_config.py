@@ -608,7 +608,7 @@ def parse(
         return fail_with(source, [found])
     except yaml.YAMLError as exc:  # e.g. a control character the reader refuses
         return fail_with(source, [problem("yaml_syntax", what=str(exc))])
-    except (ValueError, RecursionError, MemoryError) as exc:  # what no bound foresaw
+    except Exception as exc:  # a constructor's own failure (`!!bool foo`), what no bound foresaw
         log.warning("rsi.yml: the reader gave up: %s", type(exc).__name__)
         return fail_with(source, [problem("yaml_unreadable", what=type(exc).__name__)])
     if data is None:  # empty, or only comments
@@ -652,6 +652,7 @@ def _yaml_kind(data: Any) -> str:
 def _path(loc: Sequence[int | str]) -> str:
     out = ""
     for part in loc:
+        part = part if isinstance(part, int) or len(part) <= 60 else part[:57] + "…"
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
 
@@ -696,10 +697,23 @@ def _fields_at(loc: Sequence[int | str]) -> list[str]:
     return list(model.model_fields)
 
 
+def _brief(value: Any, depth: int = 0) -> Any:
+    """At most what a problem line shows (60 characters) of a value, however large."""
+    if isinstance(value, str):
+        return value[:61]
+    if depth > 3:
+        return "…"
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_brief(v, depth + 1) for v in list(value)[:8]]
+    if isinstance(value, dict):
+        return {str(k)[:61]: _brief(v, depth + 1) for k, v in list(value.items())[:8]}
+    return value
+
+
 def _shown(value: Any) -> str:
     """A value from the file, quoted safely (a code span: no mentions, no markup)."""
-    try:
-        text = json.dumps(value, default=str, ensure_ascii=False)
+    try:  # the value cut down first: aliases can repeat a long string thousands of times
+        text = json.dumps(_brief(value), default=str, ensure_ascii=False)
     except ValueError:  # an integer past Python's digit limit for str()
         text = type(value).__name__
     return code_span(text if len(text) <= 60 else text[:57] + "…")
@@ -756,7 +770,7 @@ def _problem(err: Any, root: yaml.Node | None) -> Problem:
     loc: tuple[int | str, ...] = tuple(err["loc"])
     got: str | None = None
     if err["type"] == "extra_forbidden":
-        key = str(loc[-1])
+        key = str(loc[-1])[:60]
         known = _fields_at(loc[:-1])
         close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
         code = "unknown_key"

@@ -12,6 +12,7 @@ its bytes costs.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,7 +116,9 @@ def load(text: str) -> tuple[yaml.Node | None, Any]:
     loader = _Loader(text)
     try:
         root = loader.get_single_node()
-        data = loader.construct_document(root) if root is not None else None
+        # The constructor rewrites a mapping's nodes where it merges `<<` keys: it gets a
+        # copy (bounded like the file), and the tree returned is the file as written.
+        data = loader.construct_document(copy.deepcopy(root)) if root is not None else None
     finally:
         loader.dispose()
     return root, data

@@ -212,3 +212,19 @@ def test_a_command_github_does_not_show_does_not_act(text: str) -> None:
 )
 def test_a_command_github_shows_acts(text: str) -> None:
     assert parse(text) == Command("reverify")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "see<rp>\n/rsi verify\n</rp>",  # ruby parentheses: never drawn
+        "<details/>\n\n/rsi verify",  # the slash of a non-void element is ignored
+        "<details>\n<table><tr><td></details></td></tr></table>\n\n/rsi verify",
+        "<details>\n<table><caption></details></caption></table>\n\n/rsi verify",
+        "$x\n/rsi verify\ny$",  # inline math across lines
+        "$$x\n/rsi verify\nx$$",
+    ],
+)
+def test_more_ways_github_hides_a_line_do_not_act(text: str) -> None:
+    """Found by trying the parser as an attacker would, after it read the rendered HTML."""
+    assert parse(text) is None

@@ -700,3 +700,36 @@ def test_a_hostile_blob_is_parsed_once_for_every_repository_that_holds_it(
     assert [p.code for p in (*first.problems, *again.problems, *elsewhere.problems)] == [code] * 3
     assert elsewhere.html_url is not None
     assert other in elsewhere.html_url
+
+
+@pytest.mark.parametrize(
+    "text", ["x: !!timestamp 1\n", "x: !!bool foo\n", "x: !!int ''\n", "x: !!float ''\n"]
+)
+def test_a_value_its_own_tag_cannot_read_is_a_problem_not_a_traceback(text: str) -> None:
+    p = _only(parse(text))
+    assert p.code == "yaml_unreadable", p
+    assert "simplify it" in p.message
+
+
+def test_merge_keys_are_yaml_not_a_key_given_twice() -> None:
+    result = parse("defaults: &b {max_rounds: 5}\nbudget: {<<: *b, max_rounds: 7}\n")
+    assert [p.code for p in result.problems] == ["unknown_key"]  # `defaults`, not a repeat
+    ok = parse("budget: &b {max_rounds: 7}\nwatch: {enabled: false}\n")
+    assert ok.ok
+
+
+def test_a_long_value_repeated_by_aliases_is_shown_cut_not_encoded_whole() -> None:
+    """Before: a 64 KiB file (an alias to a 45,000-character string, 4,900 times) took
+    900 MB to say the value was wrong: each problem encoded the whole value first."""
+    long = "\\" * 45_000
+    text = f"x: &s '{long}'\napproval: [{', '.join(['*s'] * 4_900)}]\n"
+    result = parse(text)
+    assert {p.code for p in result.problems} == {"unknown_key", "one_of"}
+    assert all(len(str(p)) < 400 for p in result.problems)
+
+
+def test_a_huge_unknown_key_is_named_cut() -> None:
+    result = parse("? " + "a" * 65_000 + "\n: 1\n")
+    [p] = result.problems
+    assert p.code == "unknown_key"
+    assert len(str(p)) < 400
