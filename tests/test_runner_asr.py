@@ -63,7 +63,9 @@ def td_task(tmp_path: Path) -> Path:
 
 
 def test_seedtts_shape_keeps_the_raw_rows_and_reads_them(tmp_path: Path) -> None:
-    r, out, m = verify_asr(tmp_path, DRY_ASR, {"speed": 2.0})
+    # A head four times faster: the verdict stays decided on a loaded host (at twice
+    # as fast, 2 ms a character, CI once read it inconclusive).
+    r, out, m = verify_asr(tmp_path, DRY_ASR, {"speed": 4.0})
     assert r.returncode == 0, r.stderr
     assert m["complete"] is True
     assert len(m["runs"]) == 8
