@@ -172,12 +172,11 @@ def _services_marked(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _untraced(item: pytest.Item) -> Iterator[None]:
-    """Coverage paused around a `no_cover` test's fixtures too (pytest-cov pauses only
-    its call): a world built untraced costs a third of one built traced."""
-    plugin = item.config.pluginmanager.getplugin("_cov")
+def _paused(config: pytest.Config, when: bool = True) -> Iterator[None]:
+    """pytest-cov's coverage paused meanwhile (when it runs and `when` holds)."""
+    plugin = config.pluginmanager.getplugin("_cov")
     ctl = getattr(plugin, "cov_controller", None)
-    if ctl is None or not ctl.started or item.get_closest_marker("no_cover") is None:
+    if ctl is None or not ctl.started or not when:
         yield
         return
     ctl.pause()
@@ -185,6 +184,12 @@ def _untraced(item: pytest.Item) -> Iterator[None]:
         yield
     finally:
         ctl.resume()
+
+
+def _untraced(item: pytest.Item) -> contextlib.AbstractContextManager[None]:
+    """Coverage paused around a `no_cover` test's fixtures too (pytest-cov pauses only
+    its call): a world built untraced costs a third of one built traced."""
+    return _paused(item.config, item.get_closest_marker("no_cover") is not None)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -194,20 +199,12 @@ def pytest_collection(session: pytest.Session) -> Iterator[None]:
     import importlib
     import pkgutil
 
-    plugin = session.config.pluginmanager.getplugin("_cov")
-    ctl = getattr(plugin, "cov_controller", None)
-    if ctl is None or not ctl.started:
-        yield
-        return
     import bot.verification
 
     for mod in pkgutil.iter_modules(bot.verification.__path__, "bot.verification."):
         importlib.import_module(mod.name)
-    ctl.pause()
-    try:
+    with _paused(session.config):
         yield
-    finally:
-        ctl.resume()
 
 
 @pytest.hookimpl(hookwrapper=True)
