@@ -6,7 +6,7 @@
 # NAME: aa (base vs base again), plant (base+10 → base: the head does 10% less GPU work a
 # layer), time (no verification: one batch of each variant timed directly on the GPU, the
 # planted effect's ground truth). GPU (h100|h200, by default the card found), SIZING
-# (--burst-sizing, auto), MAX_ROUNDS (16), LIMIT (seconds a verification, 150), MODES
+# (--burst-sizing, auto), REQUESTS (a burst, the task's 128), MAX_ROUNDS (16), LIMIT (seconds a verification, 150), MODES
 # (non-streaming).
 set -u
 : "${OUT:?set OUT to a folder for the bundles}"
@@ -32,7 +32,7 @@ for name in "$@"; do
   timeout $((limit + 30)) python3 -m runners verify --repo "$w/ref" --base "$b" --head "$h" \
     --task gpu-batching --gpu "$gpu" --modes "${MODES:-non-streaming}" \
     --rounds auto --max-rounds "${MAX_ROUNDS:-16}" --design alternate \
-    --burst-sizing "$sizing" --repo-name openrsi-bot/gpu-batching --verification-id "$id" \
+    --burst-sizing "$sizing" ${REQUESTS:+--requests "$REQUESTS"} --repo-name openrsi-bot/gpu-batching --verification-id "$id" \
     --out "$w/$id" --total-timeout "$limit" 2>&1 | tail -1
   python3 - "$w/$id/manifest.json" "$t0" <<'PY'
 import json, sys, time
