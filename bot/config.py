@@ -9,10 +9,11 @@ a log line.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from dotenv import dotenv_values
@@ -155,16 +156,24 @@ def _unescape(key: str) -> str:
     return key.replace("\\n", "\n")
 
 
+@functools.lru_cache(maxsize=8)
+def load_private_key(pem: str) -> Any:
+    """The key parsed from `pem`, once a process: parsing checks the RSA key's numbers
+    (about 30 ms of CPU), and Settings and the JWT signer read the same key."""
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+    return load_pem_private_key(pem.strip().encode(), password=None)
+
+
 def check_private_key(pem: str) -> None:
     """Raise ValueError (one line) unless `pem` is an unencrypted PEM RSA private key, the
     kind GitHub issues to an App."""
     from cryptography.hazmat.primitives.asymmetric import rsa
-    from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
     if "-----BEGIN" not in pem:
         raise ValueError("not a PEM private key (no -----BEGIN line)")
     try:
-        key = load_pem_private_key(pem.strip().encode(), password=None)
+        key = load_private_key(pem)
     except TypeError:
         raise ValueError("the private key is encrypted; give the key GitHub issued") from None
     except Exception:  # ValueError, UnsupportedAlgorithm: cryptography's words vary

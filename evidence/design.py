@@ -92,7 +92,35 @@ SIZING_FIGURES = {
     "between_sd_pct",
     "request_s",
     "overhead_s",
+    "probed",
+    "probe_pairs",
+    "initial_sd_pct",
+    "probe_sd_pct",
 }
+
+
+def _sized(z: BurstSizing) -> str:
+    """How the burst length was chosen, in the design summary's words."""
+    if z.probed is not None and z.probe_pairs:
+        tried = (
+            f"the task's {z.initial} requests for {z.pairs} pairs and {z.probed} for "
+            f"{z.probe_pairs} (pairs' spread {z.initial_sd_pct or 0:.1f}% against "
+            f"{z.probe_sd_pct or 0:.1f}%)"
+        )
+        if z.chosen == z.initial:
+            return f"{tried}, then the task's length again"
+        return f"{tried}, then {z.chosen} (where the spread measured at both lengths costs least)"
+    if z.chosen == z.initial:
+        return (
+            f"{z.initial} requests (kept after {z.pairs} pairs measured the server: "
+            "another length promised too little)"
+        )
+    return (
+        f"the task's {z.initial} requests for {z.pairs} pairs, then {z.chosen} (sized to "
+        f"the server: requests' spread {100 * (z.within_cv or 0):.0f}%, pairs' "
+        f"{z.between_sd_pct or 0:.1f}% beyond it, {z.overhead_s or 0:.1f} s a burst "
+        "besides its requests)"
+    )
 
 
 def design_result(m: Manifest) -> DesignResult:
@@ -102,19 +130,8 @@ def design_result(m: Manifest) -> DesignResult:
     words = DESIGNS.get(d.name)
     burst = f" of {d.burst_requests} requests" if d.burst_requests else ""
     z = d.burst_sizing
-    if z is not None and z.chosen == z.initial:
-        burst = (
-            f" of {z.initial} requests (kept after {z.pairs} pairs measured the server: "
-            "another length promised too little)"
-        )
-    elif z is not None:
-        sized = (
-            f"the task's {z.initial} requests for {z.pairs} pairs, then {z.chosen} (sized to "
-            f"the server: requests' spread {100 * (z.within_cv or 0):.0f}%, pairs' "
-            f"{z.between_sd_pct or 0:.1f}% beyond it, {z.overhead_s or 0:.1f} s a burst "
-            "besides its requests)"
-        )
-        burst = f" of {sized}"
+    if z is not None:
+        burst = f" of {_sized(z)}"
     servers = [
         DesignServerResult(
             side=side,

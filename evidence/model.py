@@ -157,6 +157,11 @@ class BurstSizing(_Open):
     between_sd_pct: float | None = Field(default=None, ge=0, le=1e6)
     request_s: float | None = Field(default=None, ge=0, le=1e6)
     overhead_s: float | None = Field(default=None, ge=0, le=1e6)
+    # a length tried for `probe_pairs` pairs before `chosen`, and what each length measured
+    probed: int | None = Field(default=None, ge=1, le=10_000_000)
+    probe_pairs: int = Field(default=0, ge=0, le=1_000_000)
+    initial_sd_pct: float | None = Field(default=None, ge=0, le=1e6)
+    probe_sd_pct: float | None = Field(default=None, ge=0, le=1e6)
 
 
 class Design(_Open):

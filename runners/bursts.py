@@ -17,6 +17,14 @@ the verification runs bursts of N*, between a quarter and four times the task's 
 a whole number of the concurrency — where the measured costs promise at least 20% less
 GPU time for the same interval; otherwise the task's length stays (σ_b² from three pairs
 has two degrees of freedom: a small promised gain is mostly its noise).
+
+The model assumes σ_b does not grow as bursts shorten. A server that batches breaks it: a
+short burst holds few batches, and its throughput swings with how requests happened to
+meet. So a proposed length is tried before it is kept (`after_probe`): `PAIRS` more pairs
+at it, then the pairs' spread and GPU time *measured* at both lengths fit
+var(N) = a + b/N and 2(N·t + o), and the length that fit says is cheapest is run —
+the task's length unless another promises at least 20% less than the better of the two
+measured.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +52,91 @@ class Sizing:
     request_s: float  # seconds a request at the row's concurrency (burst wall / N)
     overhead_s: float  # seconds a burst held the GPU besides its requests
     reason: str
+    probed: int | None = None  # a length tried for `probe_pairs` pairs after the first
+    probe_pairs: int = 0
+    initial_sd_pct: float | None = None  # the pairs' log-ratio SD measured at each length
+    probe_sd_pct: float | None = None
+    initial_pair_s: float | None = None  # GPU seconds a pair held at each length
+    probe_pair_s: float | None = None
 
     def record(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What the pairs at one burst length measured: their log ratios and the GPU seconds
+    each pair held (both bursts, start-ups and warm-ups left out)."""
+
+    requests: int
+    ratios: list[float]
+    pair_s: list[float]
+
+    @property
+    def var(self) -> float:
+        return statistics.variance(self.ratios)
+
+    @property
+    def held(self) -> float:
+        return statistics.fmean(self.pair_s)
+
+
+def after_probe(proposal: Sizing, first: Measured, probe: Measured, concurrency: int) -> Sizing:
+    """The length for the rest, from pairs measured at the task's length and at the
+    proposed one (the module's docstring): fit, then keep what the measurements support."""
+    if len(first.ratios) < 2 or len(probe.ratios) < 2 or not first.pair_s or not probe.pair_s:
+        return proposal  # too little measured: the proposal, as before
+    n0, n1 = first.requests, probe.requests
+    v0, v1 = first.var, probe.var
+    h0, h1 = first.held, probe.held
+    # var(N) = a + b/N through both points; where that needs a or b below 0, the
+    # other alone, fitted by least squares
+    x0, x1 = 1.0 / n0, 1.0 / n1
+    b = (v0 - v1) / (x0 - x1) if n0 != n1 else 0.0
+    a = v0 - b * x0
+    if b < 0:  # the longer bursts varied more: the level moves, whatever the length
+        a, b = statistics.fmean([v0, v1]), 0.0
+    elif a < 0:  # the spread fell faster than 1/N: all of it the bursts' own
+        a, b = 0.0, (v0 * x0 + v1 * x1) / (x0 * x0 + x1 * x1)
+    # a pair holds 2(N·t + o) seconds
+    t = (h1 - h0) / (2.0 * (n1 - n0)) if n0 != n1 else 0.0
+    if t <= 0:
+        t, o = proposal.request_s, proposal.overhead_s
+    else:
+        o = max(MIN_OVERHEAD_S, statistics.fmean([h0 / 2 - n0 * t, h1 / 2 - n1 * t]))
+    least = max(2 * concurrency, math.ceil(LEAST * proposal.initial))
+    most = max(least, math.floor(MOST * proposal.initial))
+    if a <= 0:
+        n = float(most)
+    elif b <= 0:
+        n = float(least)
+    else:
+        n = math.sqrt(b * o / (a * t))
+    n = min(max(n, least), most)
+    fitted = max(concurrency, round(n / concurrency) * concurrency)
+
+    measured = {n0: v0 * h0, n1: v1 * h1}  # a pair's variance times its GPU time
+    best = min(measured, key=lambda k: (measured[k], k != n0))
+    if measured[best] > (1.0 - MIN_GAIN) * measured[n0]:
+        best = n0  # the probe did not measure enough better to leave the task's length
+    promised = (a + b / fitted) * 2.0 * (fitted * t + o)
+    if fitted not in measured and promised <= (1.0 - MIN_GAIN) * measured[best]:
+        chosen, why = fitted, "the length the two measured lengths' fit says is cheapest"
+    elif best == n0:
+        chosen, why = n0, f"the task's length: {n1} measured no better by {MIN_GAIN:.0%}"
+    else:
+        chosen, why = n1, f"{n1}: measured cheaper than the task's length"
+    return replace(
+        proposal,
+        chosen=int(chosen),
+        reason=why,
+        probed=n1,
+        probe_pairs=len(probe.ratios),
+        initial_sd_pct=round(100.0 * math.sqrt(v0), 3),
+        probe_sd_pct=round(100.0 * math.sqrt(v1), 3),
+        initial_pair_s=round(h0, 3),
+        probe_pair_s=round(h1, 3),
+    )
 
 
 def for_row(chosen: int, concurrency: int) -> int:

@@ -215,6 +215,8 @@ class Alternation:
         # decided only, where a longer or shorter burst changes how soon, not how much.
         self.sizing: bursts.Sizing | None = None
         self.sizing_open = self.name == "alternate" and v.rounds.adaptive and v.o.burst_sizing
+        self.first_pairs: bursts.Measured | None = None  # the task's length, while probing
+        self.sizing_row: tuple[str, int] | None = None  # the row the length is tried on
 
     # ------------------------------------------------------------------ servers
 
@@ -495,37 +497,80 @@ class Alternation:
 
     def _size(self, p: schedule.Planned) -> None:
         """After a pair of the first row: once `bursts.PAIRS` pairs of it measured well,
-        choose the burst length for the rest (`bursts.size`), once."""
-        v = self.v
-        row = [
-            r
-            for r in v.bundle.runs
-            if r.get("mode") == p.mode and r.get("concurrency") == p.concurrency
-        ]
-        got: dict[int, dict[str, dict[str, Any]]] = {}
-        for r in row:
-            if r.get("status") == "ok" and "speed" in r.get("files", {}):
-                got.setdefault(int(r["round"]), {})[str(r["side"])] = r
-        pairs = [x for _, x in sorted(got.items()) if "base" in x and "head" in x]
+        propose a burst length (`bursts.size`); a length other than the task's is tried
+        for `bursts.PAIRS` pairs of the row before the rest is sized (`bursts.after_probe`)."""
+        pairs = self._pairs(p)
         if len(pairs) < bursts.PAIRS:
             return
+        warm = pairs[0]["base"]["round"]  # the row's first pair carried the warm-up
+        if self.sizing is None or self.first_pairs is None:
+            first = pairs[: bursts.PAIRS]
+            ratios, cvs, walls, held = self._measured(first, warm)
+            self.sizing = bursts.size(p.requests, p.concurrency, ratios, cvs, walls, held)
+            if self.sizing is None or self.sizing.chosen == self.sizing.initial:
+                self.sizing_open = False
+            else:
+                self.sizing_row = (p.mode, p.concurrency)
+                seconds = self._pair_seconds(first, warm)
+                self.first_pairs = bursts.Measured(p.requests, ratios, seconds)
+            return
+        if (p.mode, p.concurrency) != self.sizing_row:
+            return
+        length = bursts.for_row(self.sizing.chosen, p.concurrency)
+        tried = [x for x in pairs if x["base"].get("requests") == length]
+        if len(tried) < bursts.PAIRS:
+            return
         self.sizing_open = False
-        ratios, cvs, walls, held = [], [], [], []
+        ratios, _, _, _ = self._measured(tried, warm)
+        probe = bursts.Measured(length, ratios, self._pair_seconds(tried, warm))
+        self.sizing = bursts.after_probe(self.sizing, self.first_pairs, probe, p.concurrency)
+
+    def _pairs(self, p: schedule.Planned) -> list[dict[str, dict[str, Any]]]:
+        """The row's complete pairs that measured well, in round order."""
+        got: dict[int, dict[str, dict[str, Any]]] = {}
+        for r in self.v.bundle.runs:
+            if r.get("mode") != p.mode or r.get("concurrency") != p.concurrency:
+                continue
+            if r.get("status") == "ok" and "speed" in r.get("files", {}):
+                got.setdefault(int(r["round"]), {})[str(r["side"])] = r
+        return [x for _, x in sorted(got.items()) if "base" in x and "head" in x]
+
+    def _measured(
+        self, pairs: list[dict[str, dict[str, Any]]], warm: int
+    ) -> tuple[list[float], list[float], list[float], list[float]]:
+        """The pairs' log ratios, and their bursts' latency CVs, walls and held seconds
+        (walls of bursts that carried no start-up or warm-up)."""
+        out = self.v.bundle.out
+        ratios: list[float] = []
+        cvs: list[float] = []
+        walls: list[float] = []
+        held: list[float] = []
         for pair in pairs:
-            tp = {s: throughput(v.bundle.out / pair[s]["files"]["speed"]) for s in pair}
+            tp = {s: throughput(out / pair[s]["files"]["speed"]) for s in pair}
             if tp["base"] and tp["head"]:
                 ratios.append(math.log(tp["head"] / tp["base"]))
             for r in pair.values():
-                cv = bursts.latency_cv(v.bundle.out / r["files"]["speed"])
+                cv = bursts.latency_cv(out / r["files"]["speed"])
                 if cv is not None:
                     cvs.append(cv)
                 wall = r.get("wall_clock_s")
-                # a burst that carried no start-up nor a warm-up (those of the first pair)
-                carried = r.get("startup_s") is not None or r is pairs[0].get(r["side"])
-                if isinstance(wall, int | float) and not carried:
+                if isinstance(wall, int | float) and not _carried(r, warm):
                     walls.append(float(wall))
                     held.append(float(r.get("run_s") or wall))
-        self.sizing = bursts.size(p.requests, p.concurrency, ratios, cvs, walls, held)
+        return ratios, cvs, walls, held
+
+    @staticmethod
+    def _pair_seconds(pairs: list[dict[str, dict[str, Any]]], warm: int) -> list[float]:
+        """GPU seconds each pair held, for the pairs neither of whose bursts carried a
+        start-up or a warm-up."""
+        got = []
+        for pair in pairs:
+            if any(_carried(r, warm) for r in pair.values()):
+                continue
+            secs = [r.get("run_s") or r.get("wall_clock_s") for r in pair.values()]
+            if all(isinstance(x, int | float) for x in secs):
+                got.append(float(sum(secs)))  # type: ignore[arg-type]
+        return got
 
     @staticmethod
     def _ends_pair(p: schedule.Planned) -> bool:
@@ -704,3 +749,9 @@ class Alternation:
         m = held_minutes(runs)
         m["total"] = round(max(m["total"], self.held_s / 60.0), 4)
         return m
+
+
+def _carried(r: dict[str, Any], warm: int) -> bool:
+    """Whether burst `r` carried its server's start-up or its row's warm-up (the row's
+    first pair, round `warm`): its time is not a burst's cost."""
+    return r.get("startup_s") is not None or r.get("round") == warm

@@ -69,6 +69,57 @@ def test_too_little_measured_sizes_nothing() -> None:
     assert bursts.size(64, 4, [0.1, 0.0], [], [6.0], [7.0]) is None
 
 
+def _proposal(initial: int, chosen: int, t: float = 0.01, o: float = 0.3) -> bursts.Sizing:
+    return bursts.Sizing(initial, chosen, 3, 0.2, 10.0, t, o, "proposed")
+
+
+def _spread(sd: float) -> list[float]:
+    """Three log ratios whose sample SD is `sd`."""
+    return [-sd, 0.0, sd]
+
+
+def test_a_shorter_length_that_measures_worse_is_not_kept() -> None:
+    """A server that batches: bursts of 32 swing far more than bursts of 128 (few batches
+    a burst), which the one-length rule cannot see. Tried, then left."""
+    first = bursts.Measured(128, _spread(0.15), [1.2] * 3)
+    probe = bursts.Measured(32, _spread(0.50), [0.6] * 3)
+    z = bursts.after_probe(_proposal(128, 32), first, probe, 16)
+    assert (z.probed, z.probe_pairs) == (32, 3)
+    assert z.chosen == 128
+    assert z.initial_sd_pct == pytest.approx(15.0)
+    assert z.probe_sd_pct == pytest.approx(50.0)
+    assert "32 measured no better" in z.reason
+
+
+def test_a_probe_that_measures_cheaper_is_kept() -> None:
+    # the level moves between bursts (same spread at both lengths): shorter is cheaper
+    first = bursts.Measured(64, _spread(0.10), [1.0] * 3)
+    probe = bursts.Measured(16, _spread(0.10), [0.4] * 3)
+    z = bursts.after_probe(_proposal(64, 16), first, probe, 4)
+    assert z.chosen == 16
+    assert (z.initial_pair_s, z.probe_pair_s) == (1.0, 0.4)
+
+
+def test_where_the_spread_falls_as_one_over_n_the_fit_goes_longer() -> None:
+    """Spread entirely the bursts' own (var = b/N) and overhead dear: both measured lengths
+    cost more than the fit's longest, which is run though neither measured it."""
+    b, t, o = 2.0, 0.01, 1.0
+
+    def at(n: int) -> bursts.Measured:
+        return bursts.Measured(n, _spread(math.sqrt(b / n)), [2 * (n * t + o)] * 3)
+
+    z = bursts.after_probe(_proposal(64, 32, t, o), at(64), at(32), 4)
+    assert z.chosen == 256  # four times the task's: the longest allowed
+    assert "fit" in z.reason
+
+
+def test_too_little_probed_keeps_the_proposal() -> None:
+    first = bursts.Measured(64, _spread(0.1), [1.0] * 3)
+    probe = bursts.Measured(16, [0.1], [0.4])
+    proposal = _proposal(64, 16)
+    assert bursts.after_probe(proposal, first, probe, 4) == proposal
+
+
 def test_latency_spread_is_read_from_the_speed_file(tmp_path: Path) -> None:
     f = tmp_path / "speed_results.json"
     rows = [{"latency_s": x, "is_success": True} for x in (1.0, 2.0, 3.0)]
@@ -106,15 +157,29 @@ def test_rounds_until_decided_size_the_bursts_after_three_pairs(tmp_path: Path) 
     assert 8 <= z["chosen"] <= 80
     first = [x for x in m["runs"] if x["status"] != "skipped"]
     row = (first[0]["mode"], first[0]["concurrency"])
+    # a length other than the task's is tried for three pairs of the row before it is kept
+    tried = z["probed"] or z["chosen"]
+    probe_end = 3 + z["probe_pairs"] if z["probed"] else math.inf
     for x in first:
-        early = (x["mode"], x["concurrency"]) == row and x["round"] <= 3
-        assert x["requests"] == (20 if early else z["chosen"]), x["id"]
+        ours = (x["mode"], x["concurrency"]) == row
+        if ours and x["round"] <= 3:
+            assert x["requests"] == 20, x["id"]
+        elif ours and x["round"] <= probe_end:
+            assert x["requests"] == tried, x["id"]
+        else:
+            assert x["requests"] in {tried, z["chosen"]}, x["id"]
+    if z["probed"]:
+        assert z["probe_pairs"] == 3
+        assert z["initial_sd_pct"] is not None
+        assert z["probe_sd_pct"] is not None
     ev, _ = build(Inputs(bundles=[out]))
     d = ev.gpus["CPU"].design
     assert d is not None
     assert d.burst_sizing is not None
     assert d.burst_sizing.chosen == z["chosen"]
-    if z["chosen"] == 20:
+    if z["probed"]:
+        assert f"the task's 20 requests for 3 pairs and {z['probed']} for 3" in d.summary
+    elif z["chosen"] == 20:
         assert "of 20 requests (kept after 3 pairs measured the server" in d.summary
     else:
         assert f"the task's 20 requests for 3 pairs, then {z['chosen']} (sized to" in d.summary

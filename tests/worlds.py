@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 from flask import Flask
 from flask.testing import FlaskClient
+from huey import Huey
 from sqlalchemy import select
 
 from bot import messages, pull_writes, runtime, services
@@ -40,6 +41,7 @@ class World:
     tmp: Path
     # A queued verification may be waiting for the repository's GPU budget: not busy.
     queue_may_wait: bool = False
+    consumers: Consumers | None = None  # the deployed shape's queue consumer
 
     # --------------------------------------------------------------- acting
 
@@ -138,7 +140,6 @@ class World:
     def settle(self, timeout: float = 60.0) -> None:
         """Wait until every delivery is handled, no effect is due and the queue is empty."""
         deadline = time.monotonic() + timeout
-        quiet = 0  # a job taken off the queue is in no table: idle must last a moment
         while True:
             with self.svc.db.session() as s:
                 waiting = s.scalar(select(Delivery.id).where(Delivery.status == "queued").limit(1))
@@ -159,10 +160,7 @@ class World:
                 or steps.stuck_effects(self.svc)
                 or pull_writes.stuck(self.svc.db)
             )
-            if self.shape == "embedded" and not busy:
-                return
-            quiet = 0 if busy or not self._queue_idle() else quiet + 1
-            if quiet >= 4:
+            if not busy and (self.consumers is None or self.consumers.idle()):
                 return
             if time.monotonic() > deadline:
                 raise AssertionError(
@@ -171,10 +169,86 @@ class World:
                     f"jobs {self.svc.huey.pending_count()} "
                     f"waiting and {self.svc.huey.scheduled_count()} scheduled"
                 )
-            time.sleep(0.05)
+            if self.consumers is None:
+                time.sleep(0.05)
+            else:
+                self.consumers.wait(0.05)  # wakes when a job ends
 
-    def _queue_idle(self) -> bool:
-        return bool(self.svc.huey.pending_count() == 0 and self.svc.huey.scheduled_count() == 0)
+
+class Consumers:
+    """What the deployed world's consumer threads are doing, so that `settle` knows the
+    queue is idle without waiting for quiet polls: a job taken off Redis is in no table
+    and on no queue until it ends, so each thread's reads and running jobs are counted."""
+
+    def __init__(self, huey: Huey) -> None:
+        self.huey = huey
+        self.changed = threading.Condition()
+        self.running: set[str] = set()  # ids of the jobs taken and not ended
+        self.moving: set[str] = set()  # … read off the schedule and not yet queued
+        self.reads: dict[int, list[int]] = {}  # thread → [reads started, reads ended]
+        dequeue, execute = huey.dequeue, huey.execute
+        read_schedule, enqueue = huey.read_schedule, huey.enqueue
+
+        def counted_dequeue() -> Any:
+            with self.changed:
+                me = self.reads.setdefault(threading.get_ident(), [0, 0])
+                me[0] += 1
+            task = None
+            try:
+                task = dequeue()
+            finally:
+                with self.changed:
+                    if task is not None:
+                        self.running.add(task.id)
+                    me[1] += 1
+                    self.changed.notify_all()
+            return task
+
+        def counted_execute(task: Any, timestamp: Any = None) -> Any:
+            try:
+                return execute(task, timestamp)
+            finally:
+                with self.changed:
+                    self.running.discard(task.id)
+                    self.changed.notify_all()
+
+        def counted_read_schedule(timestamp: Any = None) -> Any:
+            with self.changed:  # the scheduler queues what it read right after
+                tasks = read_schedule(timestamp)
+                self.moving.update(t.id for t in tasks)
+            return tasks
+
+        def counted_enqueue(task: Any) -> Any:
+            try:
+                return enqueue(task)
+            finally:
+                with self.changed:
+                    self.moving.discard(task.id)
+                    self.changed.notify_all()
+
+        huey.dequeue = counted_dequeue
+        huey.execute = counted_execute
+        huey.read_schedule = counted_read_schedule
+        huey.enqueue = counted_enqueue
+
+    def wait(self, timeout: float) -> None:
+        with self.changed:
+            self.changed.wait(timeout)
+
+    def idle(self) -> bool:
+        """No job waiting, scheduled or running — and none taken by a read that was under
+        way when Redis was asked (it ends within the storage's read timeout)."""
+        with self.changed:
+            under_way = {t: n[0] for t, n in self.reads.items()}
+            if self.moving:
+                return False
+        if self.huey.pending_count() or self.huey.scheduled_count():
+            return False
+        with self.changed:
+            ended = self.changed.wait_for(
+                lambda: all(self.reads[t][1] >= n for t, n in under_way.items()), timeout=5.0
+            )
+            return ended and not self.running and not self.moving
 
 
 @contextmanager
@@ -204,10 +278,11 @@ def world(
         consumer = svc.huey.create_consumer(
             workers=workers, worker_type="thread", periodic=False, check_worker_health=False
         )
+        consumers = Consumers(svc.huey)
         consumer.start()
         app = create_app(svc=svc)
         try:
-            yield World(shape, app, svc, github, app.test_client(), tmp)
+            yield World(shape, app, svc, github, app.test_client(), tmp, consumers=consumers)
         finally:
             consumer.stop(graceful=True)
             for sig, handler in saved.items():

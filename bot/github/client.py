@@ -17,13 +17,12 @@ from typing import Any
 
 import jwt
 import requests
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from github import Auth, Github, GithubException, GithubIntegration, GithubRetry
 from github.Repository import Repository
 
 from bot import observability
-from bot.config import Settings
+from bot.config import Settings, load_private_key
 
 USER_AGENT = "rsi-bot"
 DOWNLOAD_CHUNK = 1024 * 1024
@@ -63,7 +62,7 @@ def _retry(backoff: float) -> GithubRetry:
 def _signer(pem: str) -> Callable[[dict[str, Any]], str]:
     """Sign the App's JWTs with the key parsed once: PyJWT given the PEM text parses and
     checks the RSA key again for every JWT (about 40 ms of CPU each)."""
-    key = serialization.load_pem_private_key(pem.strip().encode(), password=None)
+    key = load_private_key(pem)
     if not isinstance(key, rsa.RSAPrivateKey):  # Settings checked it; GitHub signs RS256
         raise ValueError("the App's private key is not an RSA key")
 
