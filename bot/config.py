@@ -72,6 +72,10 @@ class Settings(MetricsSettings):
     # installation's repositories, and jobs at once per runner kind ("H100=4,H200=8").
     RSI_INSTALLATION_MAX_RUNNING: int | None = Field(default=8, ge=1)
     RSI_POOL_MAX_RUNNING: str = Field(default="", pattern=r"^(\s*[A-Za-z0-9]+=\d+\s*,?)*$")
+    # Requested verifications one repository may have waiting for a runner: past it a
+    # request is refused before dispatch (a flood would otherwise grow a queue that
+    # every reconciler pass walks).
+    RSI_REPO_MAX_QUEUED: int = Field(default=20, ge=1, le=10_000)
     # A failed effect (a GitHub write, a bundle download) is retried this many times,
     # waiting BACKOFF, 2×BACKOFF, … (at most 10 minutes), then the verification fails.
     RSI_EFFECT_ATTEMPTS: int = Field(default=8, ge=1, le=50)

@@ -72,10 +72,12 @@ CODES = (
     "approval-stale",
     "watch-budget",
     "watch-behind",
+    "over-budget",
+    "queue-full",
 )
 NAMES = ("gpu", "conclusion", "minutes", "artifact", "user", "state", "id", "sha", "step")
 NAMES += ("tip", "branch", "head", "pusher", "spent", "budget", "field", "got", "want", "detail")
-NAMES += ("kind", "verdict", "limit", "steps")
+NAMES += ("kind", "verdict", "limit", "steps", "which", "low", "queued", "most")
 PARAMS = dict.fromkeys(NAMES, WORDS) | {"url": URL, "problem": WORDS + LONG, "error": WORDS + LONG}
 PARAMS["attempts"] = WORDS
 PARAMS["log"] = [*HOSTILE, "````", "</details>"]  # a failed job's last log lines

@@ -216,6 +216,8 @@ def test_a_reason_for_every_code_renders() -> None:
         "budget": "240",
         "low": "30",
         "which": "verification",
+        "queued": "20",
+        "most": "20",
     }
     for code in sorted(R.CODES):
         text = messages.reason(Reason(code, params))

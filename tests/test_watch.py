@@ -547,3 +547,35 @@ def test_approving_a_head_past_the_pr_s_budget_dispatches_nothing(w: World, path
     said = w.reason(v.id)
     assert "have spent or hold 20 of its 15 GPU minutes" in said
     w.github.assert_clean()
+
+
+def test_a_repository_s_requests_past_its_queue_cap_are_refused_before_dispatch(
+    tmp_path: Path, github: GitHubStandIn
+) -> None:
+    """A flood of `/rsi verify` cannot grow a queue that every reconciler pass walks: one
+    runner at a time here, at most two waiting; the fourth PR's request is refused with
+    the reason and the next step, and the queue takes requests again as it drains."""
+    with world("embedded", tmp_path, github, RSI_REPO_MAX_QUEUED=2) as w:
+        w.queue_may_wait = True  # queued verifications wait for the runner: not busy
+        one_at_a_time = CONFIG + "budget:\n  max_running: 1\n"
+        prs = [_someones_pr(w, one_at_a_time) for _ in range(5)]
+        w.github.set_permission(appkit.UPSTREAM, WRITER, "write")
+        for i, number in enumerate(prs[:4]):
+            say(w, number, "/rsi verify", f"c-{i}")
+        states = [w.latest(n).state for n in prs[:4]]
+        assert states == ["dispatched", "queued", "queued", "cancelled"]
+        refused = w.latest(prs[3])
+        assert (refused.end_reason or {}).get("code") == "queue-full"
+        assert (refused.end_reason or {})["params"] == {"queued": "2", "most": "2", "told": True}
+        assert len(w.github.dispatches) == 1
+        reply = w.github.comments_on(appkit.UPSTREAM, prs[3])[-1].body
+        assert "2 verifications of this repository were already waiting" in reply
+        assert "ask again once some have run" in reply
+        # The first ends: the second takes the runner, and a new request may wait again.
+        first = w.latest(prs[0])
+        w.finish(first.id, base_sha=first.base_sha, head_sha=first.head_sha)
+        w.reconcile()
+        assert w.latest(prs[1]).state == "dispatched"
+        say(w, prs[4], "/rsi verify", "c-4")
+        assert w.latest(prs[4]).state == "queued"
+        w.github.assert_clean()

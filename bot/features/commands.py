@@ -285,6 +285,9 @@ def _verify_pull(
     return messages.reverify_queued(c.user, v) if approved else messages.verify_held(c.user, v)
 
 
+REFUSALS = (R.OVER_BUDGET, R.QUEUE_FULL)  # the start gate's reasons (steps.over_budget)
+
+
 def _not_started(p: StepPorts, vid: str, config: RepoConfig) -> Reason | None:
     """Why the verification just queued may not start (its estimate passes a budget),
     decided once, now: it is ended with that reason, and the reply says so (`told`: no
@@ -294,11 +297,11 @@ def _not_started(p: StepPorts, vid: str, config: RepoConfig) -> Reason | None:
         if v is None:
             return None
         ended = Reason.from_json(v.end_reason)
-        if v.state == M.State.CANCELLED.value and ended and ended.code == R.OVER_BUDGET:
+        if v.state == M.State.CANCELLED.value and ended and ended.code in REFUSALS:
             return ended  # its start step found it already
         if M.State(v.state).final:
             return None
-        why = steps.over_budget(s, v, config.budget)
+        why = steps.over_budget(s, v, config.budget, p.settings.RSI_REPO_MAX_QUEUED)
     if why is None:
         return None
     steps.apply(p, vid, M.Cancel(Reason(why.code, {**why.params, "told": True})))

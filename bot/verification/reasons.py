@@ -30,6 +30,8 @@ WATCH_BUDGET = "watch-budget"  # {spent, budget}: a push to main the day's GPU m
 WATCH_BEHIND = "watch-behind"  # {tip}: a push to main already followed by another (`tip`)
 # {which, low, budget, spent}: its estimated GPU minutes (at least `low`) do not fit a budget
 OVER_BUDGET = "over-budget"
+# {queued, most}: its repository already had `queued` verifications waiting for a runner
+QUEUE_FULL = "queue-full"
 
 CODES = frozenset(
     {
@@ -51,6 +53,7 @@ CODES = frozenset(
         WATCH_BUDGET,
         WATCH_BEHIND,
         OVER_BUDGET,
+        QUEUE_FULL,
     }
 )
 

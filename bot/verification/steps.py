@@ -48,7 +48,9 @@ def start(svc: StepPorts, vid: str) -> None:
             return
         repo = v.repo
         busy = store.running_count(s, repo, vid)
-        over = over_budget(s, v, svc.repo_config(repo).config.budget)
+        over = over_budget(
+            s, v, svc.repo_config(repo).config.budget, svc.settings.RSI_REPO_MAX_QUEUED
+        )
         # A command's reply says it (bot/features/commands.py): no second word then.
         told = (triggers.parse(v.trigger) or ("", ""))[0] in COMMANDS
     if over is not None:
@@ -77,9 +79,12 @@ def start(svc: StepPorts, vid: str) -> None:
 COMMANDS = ("verify", "reverify")  # triggers whose command answers in a reply
 
 
-def over_budget(s: Session, v: Verification, budget: Budget) -> Reason | None:
+def over_budget(
+    s: Session, v: Verification, budget: Budget, max_queued: int | None = None
+) -> Reason | None:
     """Why `v` may not start, whatever asked for it (intake, a push, a command, the
-    approve button, a re-run): the least its estimate says it spends passes the cap of a
+    approve button, a re-run): `max_queued` requests of its repository wait before it,
+    or the least its estimate says it spends passes the cap of a
     verification with fixed rounds, or, on a PR rsi-bot did not open, the minutes left of
     that PR's budget or of the day's (`spent` counts what is queued or running at its
     cap or estimate, so requests made together cannot each find the budget free). A
@@ -87,6 +92,10 @@ def over_budget(s: Session, v: Verification, budget: Budget) -> Reason | None:
     the hunt for a culprit keep their own daily budget."""
     if v.watch or v.inquiry_id is not None:
         return None
+    if max_queued is not None and v.state == M.State.QUEUED.value:
+        ahead = store.queued_before(s, v)
+        if ahead >= max_queued:
+            return Reason(R.QUEUE_FULL, {"queued": str(ahead), "most": str(max_queued)})
     est = estimate.Estimate.from_json(v.estimate)
     if est is not None and not v.adaptive and budget.gpu_minutes is not None:
         worst = max(g.low for g in est.gpus.values())

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
@@ -340,6 +340,24 @@ def latest_published(s: Session, repo: str, number: int) -> Verification | None:
 
 def active(s: Session, repo: str, number: int) -> list[Verification]:
     return [v for v in of_pull(s, repo, number) if v.state in ACTIVE_STATES]
+
+
+def queued_before(s: Session, v: Verification) -> int:
+    """Requested verifications of `v`'s repository queued before it (the watch's and the
+    hunt's steps are not requests)."""
+    n = s.scalar(
+        select(func.count(Verification.id)).where(
+            Verification.repo == v.repo,
+            Verification.state == M.State.QUEUED.value,
+            Verification.watch.is_(False),
+            Verification.inquiry_id.is_(None),
+            or_(
+                Verification.created_at < v.created_at,
+                and_(Verification.created_at == v.created_at, Verification.id < v.id),
+            ),
+        )
+    )
+    return int(n or 0)
 
 
 def running_count(s: Session, repo: str, other_than: str) -> int:
