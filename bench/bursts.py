@@ -54,7 +54,8 @@ def main() -> None:
                     ev, _ = build(Inputs(bundles=[out]))
                     [row] = [r for r in ev.study if r.metric == "throughput_qps" and r.primary]
                     z = (m.get("design") or {}).get("burst_sizing") or {}
-                    burst = f"16→{z['chosen']}" if z else "16"
+                    tried = f"→{z['probed']}?" if z.get("probed") else ""
+                    burst = f"16{tried}→{z['chosen']}" if z else "16"
                     ci = (
                         f"{row.delta_pct:+.1f}% [{row.ci_low_pct:+.1f}, {row.ci_high_pct:+.1f}]"
                         if row.ci_low_pct is not None and row.delta_pct is not None

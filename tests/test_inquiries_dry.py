@@ -74,7 +74,7 @@ def measure(w: World, repo: Path, v: Verification, tmp: Path) -> None:
         *("--repo", str(repo), "--base", v.base_sha, "--head", v.head_sha),
         *("--task", "dry", "--gpu", "h100", "--rounds", "4", "--modes", "non-streaming"),
         *("--requests", "24", "--out", str(out), "--workdir", str(tmp / f"work-{v.id}")),
-        *("--prelaunch-window", "0.1", "--sample-interval", "0.2"),
+        *("--prelaunch-window", "0.1"),  # GPU samples each second, as on a runner
         *("--verification-id", v.id, "--repo-name", appkit.UPSTREAM),
         *("--python", CANDIDATE_PYTHON),
         *candidates.users_arg(),
