@@ -1,5 +1,5 @@
 """The hunt for a culprit with the real runner on the dry task: eight merges of a real git
-repository, the fifth making the dry server 8% slower (`rsi-dry.json`), pushed to main at
+repository, the fifth making the dry server 15% slower (`rsi-dry.json`), pushed to main at
 once. Every verification the App dispatches — the push, the confirming rerun, each
 bisection step — is measured by `python -m runners verify` on that repository (its
 servers, clients, rounds and bundle; only the GPU is a stand-in `nvidia-smi`), and its
@@ -28,9 +28,10 @@ from tests.worlds import World, world
 
 CONFIG = "gpus: [H100]\nrounds: 4\nmodes: [non-streaming]\nwatch:\n  tasks: [dry]\n"
 # Each request's work is a sleep long enough that the measurement holds when the test
-# shares the cores with others (pytest-xdist): −8% throughput from the fifth merge on.
+# shares the cores with others (pytest-xdist): −15% throughput from the fifth merge on
+# (at −8% a loaded host twice read the confirming rerun as too wide to tell).
 DRY = {"char_ms": 4.0}
-SLOWER = {**DRY, "speed": 0.92}
+SLOWER = {**DRY, "speed": 0.85}
 
 
 @pytest.fixture
