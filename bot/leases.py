@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import datetime as dt
 import secrets
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import ColumnElement, update
+from sqlalchemy.exc import IntegrityError
 
 from bot.db import Database
 from bot.models import utcnow
@@ -49,3 +53,33 @@ def give_back(db: Database, model: Any, where: ColumnElement[bool], token: str) 
             .values(lease_until=None, lease_owner=None)
             .execution_options(synchronize_session=False)
         )
+
+
+@contextmanager
+def named(db: Database, name: str, lease_s: float = 30.0, wait_s: float = 10.0) -> Iterator[bool]:
+    """Hold the lease of the `locks` row `name` (created on first use) for the block;
+    yields False when it could not be taken within `wait_s` (its holder is slow or
+    died: an expired lease is taken after `lease_s`)."""
+    from bot.models import Lock
+
+    where = Lock.name == name
+    deadline, pause = time.monotonic() + wait_s, 0.002
+    token = take(db, Lock, where, lease_s)
+    while token is None:
+        with db.session() as s:
+            if s.get(Lock, name) is None:
+                try:
+                    s.add(Lock(name=name))
+                    s.flush()
+                except IntegrityError:  # another worker created it meanwhile
+                    s.rollback()
+        token = take(db, Lock, where, lease_s)
+        if token is not None or time.monotonic() >= deadline:
+            break
+        time.sleep(pause)  # a start decision takes milliseconds
+        pause = min(pause * 2, 0.05)
+    try:
+        yield token is not None
+    finally:
+        if token is not None:
+            give_back(db, Lock, where, token)

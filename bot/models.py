@@ -391,3 +391,15 @@ class Inquiry(Base):
     lease_owner: Mapped[str | None] = mapped_column(String(32))
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+
+class Lock(Base):
+    """A named lease for a decision no two workers may take at once anywhere: whether
+    a queued verification may start is read from what runs, so two starts decided
+    together could both find the last free runner (`bot.verification.steps.start`)."""
+
+    __tablename__ = "locks"
+
+    name: Mapped[str] = mapped_column(String(50), primary_key=True)
+    lease_until: Mapped[dt.datetime | None]
+    lease_owner: Mapped[str | None] = mapped_column(String(32))

@@ -4,6 +4,7 @@ page, and its result is a point of its series."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import datetime as dt
@@ -579,3 +580,40 @@ def test_a_repository_s_requests_past_its_queue_cap_are_refused_before_dispatch(
         say(w, prs[4], "/rsi verify", "c-4")
         assert w.latest(prs[4]).state == "queued"
         w.github.assert_clean()
+
+
+def test_two_starts_decided_at_once_cannot_both_take_the_last_runner(
+    w: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two workers deciding starts of one repository at the same instant (seen in the
+    whole-App flood: a repository of `max_running: 2` held 3): the decisions are taken
+    one at a time, so only one takes the free runner."""
+    import threading
+
+    from bot import pool
+    from bot.verification import steps
+
+    w.queue_may_wait = True
+    one_at_a_time = CONFIG + "budget:\n  max_running: 1\n"
+    prs = [_someones_pr(w, one_at_a_time) for _ in range(3)]
+    w.github.set_permission(appkit.UPSTREAM, WRITER, "write")
+    for i, number in enumerate(prs):
+        say(w, number, "/rsi verify", f"c-{i}")
+    first, second, third = (w.latest(n) for n in prs)
+    assert (first.state, second.state, third.state) == ("dispatched", "queued", "queued")
+    w.finish(first.id, base_sha=first.base_sha, head_sha=first.head_sha)  # a runner frees
+    both_inside = threading.Barrier(2, timeout=0.3)
+    real = pool.waits
+
+    def together(*args: Any, **kwargs: Any) -> str | None:
+        with contextlib.suppress(threading.BrokenBarrierError):
+            both_inside.wait()  # without the lease both decide here at once
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pool, "waits", together)
+    w.at_once(lambda: steps.start(w.svc, second.id), lambda: steps.start(w.svc, third.id))
+    states = sorted(w.verification(v.id).state for v in (second, third))
+    assert states == ["dispatched", "queued"]
+    # The installation of a PR the App adopted is recorded, so its cap counts it.
+    started = next(v for v in (second, third) if w.verification(v.id).state == "dispatched")
+    assert w.verification(started.id).installation_id is not None

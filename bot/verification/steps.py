@@ -18,7 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from bot import approvals, estimate, inquiries, observability, pool, triggers, watch
+from bot import approvals, estimate, inquiries, leases, observability, pool, triggers, watch
 from bot.models import Effect, PullRequest, Verification, utcnow
 from bot.repo_config import Budget, Plan, RepoConfig
 from bot.verification import fresh, store
@@ -41,12 +41,23 @@ def apply(svc: StepPorts, vid: str, event: M.Event, also: store.Also | None = No
 
 
 def start(svc: StepPorts, vid: str) -> None:
-    """Start a queued verification unless its repository's GPU budget is in use."""
+    """Start a queued verification unless a budget, its repository's runners or the
+    pool's caps hold it back. Decided under one lease for every worker: what may start
+    is read from what runs, and two starts decided at once could both take the last
+    free runner."""
+    with leases.named(svc.db, "pool-start") as held:
+        if not held:  # another worker's decision is stuck: the reconciler tries again
+            log.warning("%s not started: the pool's start lease could not be taken", vid)
+            return
+        _start(svc, vid)
+
+
+def _start(svc: StepPorts, vid: str) -> None:
     with svc.db.session() as s:
         v = store.get(s, vid)
         if v is None or v.state != M.State.QUEUED.value:
             return
-        repo = v.repo
+        repo, known = v.repo, v.installation_id
         busy = store.running_count(s, repo, vid)
         over = over_budget(
             s, v, svc.repo_config(repo).config.budget, svc.settings.RSI_REPO_MAX_QUEUED
@@ -57,6 +68,8 @@ def start(svc: StepPorts, vid: str) -> None:
         log.info("%s of %s not started: %s", vid, repo, over.params)
         apply(svc, vid, M.Cancel(Reason(over.code, {**over.params, "told": told})))
         return
+    if known is None:
+        _note_installation(svc, vid, repo)
     limit = svc.repo_config(repo).config.budget.max_running
 
     def cap(other: str) -> int:
@@ -74,6 +87,20 @@ def start(svc: StepPorts, vid: str) -> None:
     if wait is not None:
         log.info("%s of %s waits its turn: the %s cap (%d running here)", vid, repo, wait, busy)
     apply(svc, vid, M.Start(busy=busy, max_running=limit, turn=wait is None))
+
+
+def _note_installation(svc: StepPorts, vid: str, repo: str) -> None:
+    """Record the installation of a verification made without one (a PR the App adopted,
+    a push to it), so that the installation's cap counts it."""
+    try:
+        iid = svc.github.installation_id(repo)
+    except Exception:  # GitHub down: the repository's and the pool's caps still hold
+        log.warning("%s: the installation of %s could not be read", vid, repo, exc_info=True)
+        return
+    with svc.db.session() as s:
+        v = store.get(s, vid)
+        if v is not None and v.installation_id is None:
+            v.installation_id = iid
 
 
 COMMANDS = ("verify", "reverify")  # triggers whose command answers in a reply
