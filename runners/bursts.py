@@ -86,9 +86,18 @@ def after_probe(proposal: Sizing, first: Measured, probe: Measured, concurrency:
     proposed one (the module's docstring): fit, then keep what the measurements support."""
     if len(first.ratios) < 2 or len(probe.ratios) < 2 or not first.pair_s or not probe.pair_s:
         return proposal  # too little measured: the proposal, as before
+    try:
+        return _after_probe(proposal, first, probe, concurrency)
+    except (ArithmeticError, ValueError):  # a NaN or an overflow in what was measured
+        return proposal
+
+
+def _after_probe(proposal: Sizing, first: Measured, probe: Measured, concurrency: int) -> Sizing:
     n0, n1 = first.requests, probe.requests
     v0, v1 = first.var, probe.var
     h0, h1 = first.held, probe.held
+    if not all(math.isfinite(x) for x in (v0, v1, h0, h1)) or min(n0, n1) < 1:
+        return proposal
     # var(N) = a + b/N through both points; where that needs a or b below 0, the
     # other alone, fitted by least squares
     x0, x1 = 1.0 / n0, 1.0 / n1
@@ -101,7 +110,7 @@ def after_probe(proposal: Sizing, first: Measured, probe: Measured, concurrency:
     # a pair holds 2(N·t + o) seconds
     t = (h1 - h0) / (2.0 * (n1 - n0)) if n0 != n1 else 0.0
     if t <= 0:
-        t, o = proposal.request_s, proposal.overhead_s
+        t, o = max(proposal.request_s, 1e-6), proposal.overhead_s
     else:
         o = max(MIN_OVERHEAD_S, statistics.fmean([h0 / 2 - n0 * t, h1 / 2 - n1 * t]))
     least = max(2 * concurrency, math.ceil(LEAST * proposal.initial))
@@ -113,7 +122,7 @@ def after_probe(proposal: Sizing, first: Measured, probe: Measured, concurrency:
     else:
         n = math.sqrt(b * o / (a * t))
     n = min(max(n, least), most)
-    fitted = max(concurrency, round(n / concurrency) * concurrency)
+    fitted = _whole(n, concurrency, least, most)
 
     measured = {n0: v0 * h0, n1: v1 * h1}  # a pair's variance times its GPU time
     best = min(measured, key=lambda k: (measured[k], k != n0))
@@ -137,6 +146,17 @@ def after_probe(proposal: Sizing, first: Measured, probe: Measured, concurrency:
         initial_pair_s=round(h0, 3),
         probe_pair_s=round(h1, 3),
     )
+
+
+def _whole(n: float, concurrency: int, least: int, most: int) -> int:
+    """`n` as a whole number of the concurrency within [least, most] where one is
+    (rounding after clamping could step past either bound)."""
+    k = max(concurrency, round(n / concurrency) * concurrency)
+    if k > most and most - most % concurrency >= max(least, concurrency):
+        k = most - most % concurrency
+    if k < least and least + (-least) % concurrency <= most:
+        k = least + (-least) % concurrency
+    return k
 
 
 def for_row(chosen: int, concurrency: int) -> int:
@@ -197,7 +217,7 @@ def size(
         n = math.sqrt(2.0 * c2 * o / (between * t))
         why = "the length that narrows the interval fastest per GPU-minute"
     n = min(max(n, least), most)
-    chosen = max(concurrency, round(n / concurrency) * concurrency)
+    chosen = _whole(n, concurrency, least, most)
 
     def cost(k: float) -> float:  # a pair's variance times its GPU time
         return (between + 2.0 * c2 / k) * (k * t + o)

@@ -120,6 +120,50 @@ def test_too_little_probed_keeps_the_proposal() -> None:
     assert bursts.after_probe(proposal, first, probe, 4) == proposal
 
 
+@pytest.mark.parametrize(
+    ("first", "probe", "concurrency"),
+    [
+        # var(N) = 1e-6 + 1/N, dear overhead: the fit asks for the longest, 4× 256
+        (
+            bursts.Measured(256, _spread(math.sqrt(1e-6 + 1 / 256)), [2 * (25.6 + 50)] * 3),
+            bursts.Measured(128, _spread(math.sqrt(1e-6 + 1 / 128)), [2 * (12.8 + 50)] * 3),
+            5,
+        ),
+        (
+            bursts.Measured(64, [0.1, math.nan, 0.2], [1.0] * 3),
+            bursts.Measured(16, _spread(0.1), [0.4] * 3),
+            4,
+        ),
+        (
+            bursts.Measured(64, _spread(0.1), [1e308] * 3),
+            bursts.Measured(16, _spread(0.1), [1e308] * 3),
+            4,
+        ),
+        (
+            bursts.Measured(64, _spread(0.0), [1.0] * 3),
+            bursts.Measured(16, _spread(0.0), [1.0] * 3),
+            4,
+        ),
+    ],
+)
+def test_the_probed_length_stays_a_whole_number_of_slots_within_bounds(
+    first: bursts.Measured, probe: bursts.Measured, concurrency: int
+) -> None:
+    """Rounding to the concurrency never steps past ¼×–4× the task's length, and what
+    was measured cannot make the rule raise (a NaN, an overflow, no spread at all)."""
+    proposal = bursts.Sizing(first.requests, probe.requests, 3, 0.2, 10.0, 0.0, 0.3, "proposed")
+    z = bursts.after_probe(proposal, first, probe, concurrency)
+    assert z.chosen % concurrency == 0
+    assert first.requests / 4 <= z.chosen <= 4 * first.requests
+
+
+def test_a_proposal_is_a_whole_number_of_slots_within_bounds() -> None:
+    z = bursts.size(48, 5, [0.0, 0.5, 1.0], [0.01], [4.8] * 6, [4.85] * 6)
+    assert z is not None
+    assert z.chosen % 5 == 0
+    assert 12 <= z.chosen <= 192
+
+
 def test_latency_spread_is_read_from_the_speed_file(tmp_path: Path) -> None:
     f = tmp_path / "speed_results.json"
     rows = [{"latency_s": x, "is_success": True} for x in (1.0, 2.0, 3.0)]

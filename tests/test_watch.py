@@ -571,6 +571,7 @@ def test_a_repository_s_requests_past_its_queue_cap_are_refused_before_dispatch(
         assert len(w.github.dispatches) == 1
         reply = w.github.comments_on(appkit.UPSTREAM, prs[3])[-1].body
         assert "2 verifications of this repository were already waiting" in reply
+        assert "at most 2 may wait" in reply
         assert "ask again once some have run" in reply
         # The first ends: the second takes the runner, and a new request may wait again.
         first = w.latest(prs[0])

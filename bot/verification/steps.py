@@ -42,35 +42,44 @@ def apply(svc: StepPorts, vid: str, event: M.Event, also: store.Also | None = No
 
 def start(svc: StepPorts, vid: str) -> None:
     """Start a queued verification unless a budget, its repository's runners or the
-    pool's caps hold it back. Decided under one lease for every worker: what may start
-    is read from what runs, and two starts decided at once could both take the last
-    free runner."""
-    with leases.named(svc.db, "pool-start") as held:
-        if not held:  # another worker's decision is stuck: the reconciler tries again
-            log.warning("%s not started: the pool's start lease could not be taken", vid)
-            return
-        _start(svc, vid)
-
-
-def _start(svc: StepPorts, vid: str) -> None:
+    pool's caps hold it back. What GitHub must say (the repository's config, its
+    installation) is read first; the decision itself reads only the database and is
+    taken under one lease for every worker, since what may start is read from what
+    runs and two starts decided at once could both take the last free runner. The
+    effects it queues run after the lease is given back."""
     with svc.db.session() as s:
         v = store.get(s, vid)
         if v is None or v.state != M.State.QUEUED.value:
             return
         repo, known = v.repo, v.installation_id
+    config = svc.repo_config(repo).config
+    if known is None:
+        _note_installation(svc, vid, repo)
+    with leases.named(svc.db, "pool-start") as held:
+        if not held:  # another worker's decision is stuck: the reconciler tries again
+            log.warning("%s not started: the pool's start lease could not be taken", vid)
+            return
+        effects = _decide(svc, vid, config)
+    if effects:
+        svc.queue.drain(vid)
+
+
+def _decide(svc: StepPorts, vid: str, config: RepoConfig) -> tuple[M.Effect, ...]:
+    """Cancel, hold or start `vid` from what the database says now; the effects."""
+    with svc.db.session() as s:
+        v = store.get(s, vid)
+        if v is None or v.state != M.State.QUEUED.value:
+            return ()
+        repo = v.repo
         busy = store.running_count(s, repo, vid)
-        over = over_budget(
-            s, v, svc.repo_config(repo).config.budget, svc.settings.RSI_REPO_MAX_QUEUED
-        )
+        over = over_budget(s, v, config.budget, svc.settings.RSI_REPO_MAX_QUEUED)
         # A command's reply says it (bot/features/commands.py): no second word then.
         told = (triggers.parse(v.trigger) or ("", ""))[0] in COMMANDS
     if over is not None:
         log.info("%s of %s not started: %s", vid, repo, over.params)
-        apply(svc, vid, M.Cancel(Reason(over.code, {**over.params, "told": told})))
-        return
-    if known is None:
-        _note_installation(svc, vid, repo)
-    limit = svc.repo_config(repo).config.budget.max_running
+        event: M.Event = M.Cancel(Reason(over.code, {**over.params, "told": told}))
+        return store.transition(svc.db, vid, event)[1]
+    limit = config.budget.max_running
 
     def cap(other: str) -> int:
         if other == repo:
@@ -86,7 +95,8 @@ def _start(svc: StepPorts, vid: str) -> None:
         wait = pool.waits(s, v, caps, cap) if v is not None else None
     if wait is not None:
         log.info("%s of %s waits its turn: the %s cap (%d running here)", vid, repo, wait, busy)
-    apply(svc, vid, M.Start(busy=busy, max_running=limit, turn=wait is None))
+    event = M.Start(busy=busy, max_running=limit, turn=wait is None)
+    return store.transition(svc.db, vid, event)[1]
 
 
 def _note_installation(svc: StepPorts, vid: str, repo: str) -> None:
