@@ -65,21 +65,28 @@ def named(db: Database, name: str, lease_s: float = 30.0, wait_s: float = 10.0) 
     where = Lock.name == name
     deadline, pause = time.monotonic() + wait_s, 0.002
     token = take(db, Lock, where, lease_s)
-    while token is None:
-        with db.session() as s:
-            if s.get(Lock, name) is None:
-                try:
-                    s.add(Lock(name=name))
-                    s.flush()
-                except IntegrityError:  # another worker created it meanwhile
-                    s.rollback()
+    if token is None:
+        _create(db, name)  # first use, or another worker holds it: either way it exists
         token = take(db, Lock, where, lease_s)
-        if token is not None or time.monotonic() >= deadline:
-            break
+    while token is None and time.monotonic() < deadline:
         time.sleep(pause)  # a start decision takes milliseconds
         pause = min(pause * 2, 0.05)
+        token = take(db, Lock, where, lease_s)
     try:
         yield token is not None
     finally:
         if token is not None:
             give_back(db, Lock, where, token)
+
+
+def _create(db: Database, name: str) -> None:
+    """The `locks` row `name`, unless it is there already."""
+    from bot.models import Lock
+
+    with db.session() as s:
+        if s.get(Lock, name) is None:
+            try:
+                s.add(Lock(name=name))
+                s.flush()
+            except IntegrityError:  # another worker created it meanwhile
+                s.rollback()
