@@ -4,11 +4,14 @@ Each plot is drawn from data prepared by a small pure function (`rounds_series`,
 `distribution_panels`, `ecdf`, `delta_rows`, `trajectory_points`, `best_so_far`), so tests
 assert on that data rather than on pixels. Drawing uses matplotlib's object-oriented API on
 the Agg backend (no pyplot, no global state); a plot without data is skipped, never drawn
-empty.
+empty. Each figure's margins are set once, from the sizes of the texts around its axes
+(`_fit`), rather than by matplotlib's constrained layout, which measured every artist
+twice at every draw: a quarter of the CPU time a plot took (bench/plots.py).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import defaultdict
 from collections.abc import Callable
@@ -21,9 +24,12 @@ matplotlib.use("Agg")
 
 import numpy as np
 from matplotlib.axes import Axes
-from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.axis import Axis
+from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg
 from matplotlib.figure import Figure
+from matplotlib.font_manager import FontProperties
 from matplotlib.lines import Line2D
+from matplotlib.text import Annotation, Text
 from PIL import Image
 
 from evidence.load import Source
@@ -52,6 +58,11 @@ VERDICT_COLOURS: dict[Verdict, str] = {
     "inconclusive": "#bcbd22",
 }
 REJECT_COLOUR = "#d62728"
+# Font sizes in points of titles, axis labels and tick labels: `_fit` makes room for them.
+TITLE_PT, LABEL_PT, TICK_PT = 9, 8, 7
+# True: matplotlib's constrained layout places the axes instead of `_fit`, as before; the
+# reference of bench/plots.py.
+CONSTRAINED_LAYOUT = False
 
 # --------------------------------------------------------------------- data preparation
 
@@ -313,11 +324,174 @@ def _grid(fig: Figure, n: int, ncols: int) -> list[Axes]:
     return flat[:n]
 
 
+def _figure(width: float, height: float) -> Figure:
+    return Figure(
+        figsize=(width, height), dpi=DPI, layout="constrained" if CONSTRAINED_LAYOUT else None
+    )
+
+
+# matplotlib's defaults, in inches: a tick's length plus its label's distance from it, an
+# axis label's and a title's distance from what they label.
+_TICK_IN = (3.5 + 3.5) / 72
+_LABELPAD_IN = 4 / 72
+_TITLEPAD_IN = 6 / 72
+_PAD_IN = 3 / 72  # between the outermost texts and the figure's edge, and between panels
+MIN_AXES_WIDTH = 3.0  # inches: longer labels widen the figure rather than squeeze the axes
+
+
+@dataclass(frozen=True)
+class _Ticks:
+    """The ticks an axis will draw at its present length: where, labels, offset text."""
+
+    at: list[float]
+    labels: list[str]
+    offset: str
+
+    @classmethod
+    def of(cls, axis: Axis) -> _Ticks:
+        lo, hi = sorted(axis.get_view_interval())
+        eps = 1e-10 * (hi - lo)
+        at = [float(v) for v in axis.get_majorticklocs() if lo - eps <= v <= hi + eps]
+        fmt = axis.get_major_formatter()
+        return cls(at, fmt.format_ticks(at), fmt.get_offset())
+
+
+@functools.cache
+def _measurer(dpi: float) -> RendererAgg:
+    """A renderer that only measures text. One for all figures, so that matplotlib's cache
+    of text sizes (by renderer, text, font) serves them all: legends are measured with it."""
+    return RendererAgg(1, 1, dpi)  # type: ignore[no-untyped-call]
+
+
+@functools.lru_cache(maxsize=4096)
+def _text_size(text: str, points: float, dpi: float) -> tuple[float, float, float]:
+    """Width, height and descent in inches of one line of `text`, as `Text` lays it out."""
+    measure = _measurer(dpi).get_text_width_height_descent
+    prop = FontProperties(size=points)
+    w, h, d = measure(text, prop, ismath=False)  # type: ignore[no-untyped-call]
+    _, lp_h, lp_d = measure("lp", prop, ismath=False)  # type: ignore[no-untyped-call]
+    return w / dpi, max(h, lp_h) / dpi, max(d, lp_d) / dpi
+
+
+def _fit(fig: Figure, axes: list[Axes], ncols: int = 1) -> None:
+    """Set the margins and gaps of the subplot grid of `axes` so that the texts around each
+    fit: titles, axis labels, tick labels, figure legends (above the axes, where an
+    `outside` loc puts them) and texts in the axes that run on to the right.
+
+    Every text is measured once, as Agg will draw it; the y tick labels after the heights
+    are set, since how many ticks an axis gets depends on its length. A column narrower
+    than its titles or MIN_AXES_WIDTH widens the figure.
+    """
+    if CONSTRAINED_LAYOUT:
+        return
+
+    def size(text: str, points: float) -> tuple[float, float, float]:
+        return _text_size(text, points, fig.dpi)
+
+    def points(t: Text) -> float:
+        return float(t.get_fontproperties().get_size_in_points())
+
+    line = {pt: size("lp", pt)[1] for pt in (TITLE_PT, LABEL_PT, TICK_PT)}
+    # A title's baseline is _TITLEPAD_IN above the axes: its descent hangs into the pad.
+    title_ascent = line[TITLE_PT] - size("lp", TITLE_PT)[2]
+    width, height = fig.get_size_inches()
+    rows = [axes[i : i + ncols] for i in range(0, len(axes), ncols)]
+    cols = [axes[j::ncols] for j in range(ncols)]
+
+    def above(ax: Axes, offset: bool) -> float:
+        title = ax.get_title("left") or ax.get_title()
+        space = title_ascent + _TITLEPAD_IN if title else 0.0
+        return space + (size("lp", points(ax.yaxis.offsetText))[1] if offset else 0.0)
+
+    def below(ax: Axes, offset: bool) -> float:
+        space = _TICK_IN + line[TICK_PT]
+        space += size("lp", points(ax.xaxis.offsetText))[1] if offset else 0.0
+        return space + (_LABELPAD_IN + line[LABEL_PT] if ax.get_xlabel() else 0.0)
+
+    legends = sum(  # each `borderaxespad` below the edge (or the one above), then a pad
+        leg.borderaxespad * leg.prop.get_size_in_points() / 72
+        + leg.get_window_extent(_measurer(fig.dpi)).height / fig.dpi
+        + _PAD_IN
+        for leg in fig.legends
+    )
+
+    def set_heights(y_offset: set[Axes], x_offset: set[Axes]) -> None:
+        tops = [max(above(ax, ax in y_offset) for ax in row) for row in rows]
+        bottoms = [max(below(ax, ax in x_offset) for ax in row) for row in rows]
+        top = _PAD_IN + legends + tops[0]
+        bottom = _PAD_IN + bottoms[-1]
+        gap = max(
+            (b + t + _PAD_IN for b, t in zip(bottoms[:-1], tops[1:], strict=True)), default=0.0
+        )
+        ax_height = (height - top - bottom - (len(rows) - 1) * gap) / len(rows)
+        fig.subplots_adjust(top=1 - top / height, bottom=bottom / height, hspace=gap / ax_height)
+
+    set_heights(set(), set())
+    yticks = {ax: _Ticks.of(ax.yaxis) for ax in axes}
+    xticks = {ax: _Ticks.of(ax.xaxis) for ax in axes}
+    y_offset = {ax for ax in axes if yticks[ax].offset}
+    x_offset = {ax for ax in axes if xticks[ax].offset}
+    if y_offset or x_offset:
+        set_heights(y_offset, x_offset)
+
+    def left_of(ax: Axes) -> float:
+        labels = yticks[ax].labels
+        space = max((size(t, TICK_PT)[0] for t in labels), default=0.0)
+        space += _TICK_IN if labels else 0.0
+        return space + (_LABELPAD_IN + line[LABEL_PT] if ax.get_ylabel() else 0.0)
+
+    def reaches(ax: Axes) -> list[tuple[float, float]]:
+        """(where on the axes' width, inches to the right of it) of what may pass its edge:
+        the last x tick label, centred on its tick, and each text in the axes (all of this
+        module's are left-aligned at a data x, annotations offset in points)."""
+        lo, hi = ax.get_xlim()
+        out: list[tuple[float, float]] = []
+        ticks = xticks[ax]
+        if ticks.labels:
+            out.append(((ticks.at[-1] - lo) / (hi - lo), size(ticks.labels[-1], TICK_PT)[0] / 2))
+        for t in ax.texts:
+            x, dx = (
+                (t.xy[0], t.xyann[0] / 72)
+                if isinstance(t, Annotation)
+                else (t.get_position()[0], 0.0)
+            )
+            out.append(((x - lo) / (hi - lo), dx + size(t.get_text(), points(t))[0]))
+        return out
+
+    lefts = [max(left_of(ax) for ax in col) for col in cols]
+    left = _PAD_IN + lefts[0]
+    gap = max((_PAD_IN + w for w in lefts[1:]), default=0.0)
+    n = len(cols)
+
+    def right_for(width: float) -> float:
+        # The last column spans [W - R - A, W - R] with A = (W - L - R - (n-1)·gap)/n; a
+        # text at fraction f of it reaching e inches further ends at most _PAD_IN from the
+        # edge when R ≥ (_PAD_IN + e - (1-f)·K/n) / (1 - (1-f)/n), K = W - L - (n-1)·gap.
+        k = width - left - (n - 1) * gap
+        right = _PAD_IN
+        for f, e in (r for ax in cols[-1] for r in reaches(ax)):
+            if 0.0 < f <= 1.0:
+                right = max(right, (_PAD_IN + e - (1 - f) * k / n) / (1 - (1 - f) / n))
+        return right
+
+    right = right_for(width)
+    # A title may run on over the gap to the next column, or the margin, to _PAD_IN of it.
+    titles = max(size(ax.get_title("left") or ax.get_title(), TITLE_PT)[0] for ax in axes)
+    room = right if n == 1 else min(gap, right)
+    wanted = max(MIN_AXES_WIDTH, titles - room + _PAD_IN)
+    if (width - left - right - (n - 1) * gap) / n < wanted:
+        width = left + right + (n - 1) * gap + n * wanted
+        right = right_for(width)
+        fig.set_size_inches(width, height)
+    ax_width = (width - left - right - (n - 1) * gap) / n
+    fig.subplots_adjust(left=left / width, right=1 - right / width, wspace=gap / ax_width)
+
+
 def draw_rounds(ev: Evidence) -> Figure | None:
     panels = rounds_series(ev)
     if not panels:
         return None
-    fig = Figure(figsize=(8.0, 0.6 + 2.0 * len(panels)), dpi=DPI, layout="constrained")
+    fig = _figure(8.0, 0.6 + 2.0 * len(panels))
     axes = _grid(fig, len(panels), 1)
     for ax, ((gpu, mode), points) in zip(axes, panels.items(), strict=True):
         segments = config_segments(points)
@@ -363,19 +537,20 @@ def draw_rounds(ev: Evidence) -> Figure | None:
                 transform=ax.get_xaxis_transform(),
                 clip_on=False,
             )
-        ax.set_title(f"{gpu} {mode}", fontsize=9, loc="left")
-        ax.set_ylabel("req/s", fontsize=8)
-        ax.tick_params(labelsize=7)
+        ax.set_title(f"{gpu} {mode}", fontsize=TITLE_PT, loc="left")
+        ax.set_ylabel("req/s", fontsize=LABEL_PT)
+        ax.tick_params(labelsize=TICK_PT)
         ax.grid(True, axis="y", alpha=0.3)
         if not any(p.throughput_qps is not None for p in points):
             ax.set_yticks([])
-    axes[-1].set_xlabel("run, in execution order", fontsize=8)
+    axes[-1].set_xlabel("run, in execution order", fontsize=LABEL_PT)
     handles = [
         Line2D([], [], marker="o", color=SIDE_COLOURS["base"], lw=0.7, ms=4, label="base"),
         Line2D([], [], marker="o", color=SIDE_COLOURS["head"], lw=0.7, ms=4, label="head"),
         Line2D([], [], marker="x", color="#555555", lw=0, ms=6, label="failed / skipped run"),
     ]
     fig.legend(handles=handles, loc="outside upper right", ncols=3, fontsize=7, frameon=False)
+    _fit(fig, axes)
     return fig
 
 
@@ -384,8 +559,9 @@ def _draw_distributions(panels: list[DistPanel], xlabel: str) -> Figure | None:
         return None
     ncols = min(2, len(panels))
     nrows = math.ceil(len(panels) / ncols)
-    fig = Figure(figsize=(4.0 * ncols, 0.4 + 2.6 * nrows), dpi=DPI, layout="constrained")
-    for ax, panel in zip(_grid(fig, len(panels), ncols), panels, strict=True):
+    fig = _figure(4.0 * ncols, 0.4 + 2.6 * nrows)
+    axes = _grid(fig, len(panels), ncols)
+    for ax, panel in zip(axes, panels, strict=True):
         side_data: dict[Side, FloatArray] = {"base": panel.base, "head": panel.head}
         for side, vals in side_data.items():
             x, y = ecdf(vals)
@@ -400,13 +576,16 @@ def _draw_distributions(panels: list[DistPanel], xlabel: str) -> Figure | None:
                 lw=1.2,
                 label=f"{side} (n={vals.size}, p50 {med:.3g} s)",
             )
-        ax.set_title(f"{panel.gpu} {panel.mode} c={panel.concurrency}", fontsize=9, loc="left")
-        ax.set_xlabel(xlabel, fontsize=8)
-        ax.set_ylabel("fraction of requests", fontsize=8)
+        ax.set_title(
+            f"{panel.gpu} {panel.mode} c={panel.concurrency}", fontsize=TITLE_PT, loc="left"
+        )
+        ax.set_xlabel(xlabel, fontsize=LABEL_PT)
+        ax.set_ylabel("fraction of requests", fontsize=LABEL_PT)
         ax.set_ylim(0, 1.02)
-        ax.tick_params(labelsize=7)
+        ax.tick_params(labelsize=TICK_PT)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7, loc="lower right", frameon=False)
+    _fit(fig, axes, ncols)
     return fig
 
 
@@ -424,7 +603,7 @@ def draw_deltas(ev: Evidence) -> Figure | None:
     if not rows:
         return None
     n = len(rows)
-    fig = Figure(figsize=(8.0, 1.1 + 0.26 * n), dpi=DPI, layout="constrained")
+    fig = _figure(8.0, 1.1 + 0.26 * n)
     ax = fig.add_subplot()
     thr = ev.threshold_pct
     if thr > 0:
@@ -443,11 +622,11 @@ def draw_deltas(ev: Evidence) -> Figure | None:
             ax.plot([r.delta_pct], [y], "s", mfc="none", mec="black", ms=10, mew=1)
     ax.set_yticks(range(n))
     ax.set_yticklabels(
-        [r.label + ("" if r.primary else " (guard)") for r in reversed(rows)], fontsize=7
+        [r.label + ("" if r.primary else " (guard)") for r in reversed(rows)], fontsize=TICK_PT
     )
     ax.set_ylim(-0.7, n - 0.3)
-    ax.set_xlabel("head vs base, % (95% interval)", fontsize=8)
-    ax.tick_params(axis="x", labelsize=7)
+    ax.set_xlabel("head vs base, % (95% interval)", fontsize=LABEL_PT)
+    ax.tick_params(axis="x", labelsize=TICK_PT)
     ax.grid(True, axis="x", alpha=0.3)
     handles = [
         Line2D([], [], marker="o", color=c, lw=2, ms=5, label=v) for v, c in VERDICT_COLOURS.items()
@@ -460,6 +639,7 @@ def draw_deltas(ev: Evidence) -> Figure | None:
     fig.legend(
         handles=handles, loc="outside upper center", ncols=len(handles), fontsize=7, frameon=False
     )
+    _fit(fig, [ax])
     return fig
 
 
@@ -468,7 +648,7 @@ def draw_trajectory(candidate: Candidate | None) -> Figure | None:
     points = trajectory_points(harness)
     if not any(p.reward is not None or not p.passed for p in points):
         return None  # nothing scored and nothing rejected: no trajectory to show
-    fig = Figure(figsize=(8.0, 3.2), dpi=DPI, layout="constrained")
+    fig = _figure(8.0, 3.2)
     ax = fig.add_subplot()
     hours, best = best_so_far(points)
     if hours.size:
@@ -544,12 +724,13 @@ def draw_trajectory(candidate: Candidate | None) -> Figure | None:
     title = "harness search"
     if harness is not None and harness.run_id:
         title += f" {harness.run_id}"
-    ax.set_title(title, fontsize=9, loc="left")
-    ax.set_xlabel("hours since the search began", fontsize=8)
-    ax.set_ylabel("reward", fontsize=8)
-    ax.tick_params(labelsize=7)
+    ax.set_title(title, fontsize=TITLE_PT, loc="left")
+    ax.set_xlabel("hours since the search began", fontsize=LABEL_PT)
+    ax.set_ylabel("reward", fontsize=LABEL_PT)
+    ax.tick_params(labelsize=TICK_PT)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, loc="lower right", frameon=False)
+    _fit(fig, [ax])
     return fig
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import itertools
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from evidence.build import Inputs, build
@@ -28,6 +30,7 @@ from evidence.plots import (
     delta_rows,
     distribution_panels,
     draw_deltas,
+    draw_latency,
     draw_rounds,
     draw_trajectory,
     ecdf,
@@ -138,6 +141,56 @@ def test_per_run_only_source_has_no_distributions(study: Study, tmp_path: Path) 
     assert distribution_panels([per_run], "latency_s") == []
     names = [p.name for p in make_plots(ev, [per_run], None, tmp_path, None)]
     assert names == ["rounds", "deltas"]
+
+
+def _apart(fig: Figure | None) -> Figure:
+    """Drawn, each panel with its texts and each figure legend lie inside the figure and
+    clear of one another."""
+    assert fig is not None
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()  # type: ignore[no-untyped-call]
+    renderer = canvas.get_renderer()  # type: ignore[no-untyped-call]
+    boxes = [ax.get_tightbbox(renderer) for ax in fig.axes if ax.get_visible()]
+    boxes += [legend.get_window_extent(renderer) for legend in fig.legends]
+    page = fig.bbox
+    for b in boxes:
+        assert page.x0 <= b.x0 <= b.x1 <= page.x1, (b, page)
+        assert page.y0 <= b.y0 <= b.y1 <= page.y1, (b, page)
+    for a, b in itertools.combinations(boxes, 2):
+        assert not a.overlaps(b), (a, b)
+    return fig
+
+
+def test_layout_keeps_long_texts_inside_and_apart(study: Study) -> None:
+    ev, sources = study
+    late = RoundValue(
+        gpu="H200",
+        mode="streaming",
+        concurrency=128,  # its `c=128` label starts at the right edge
+        side="head",
+        round=4,
+        order=99,
+        run_id="r4-head-stream-c128",
+        throughput_qps=None,
+        status="failed",
+    )
+    _apart(draw_rounds(ev.model_copy(update={"rounds": [*ev.rounds, late]})))
+    other = [dataclasses.replace(s, gpu="AMD Instinct MI300X OAM") for s in sources]
+    _apart(draw_latency([*sources, *other]))  # 2 × 2 panels
+    long_rows = [
+        r.model_copy(
+            update={
+                "gpu": "NVIDIA H200 SXM5 141GB HBM3e",
+                "label": f"{r.label} of the long-form multilingual prompt set",
+            }
+        )
+        for r in ev.study
+    ]
+    wide = _apart(draw_deltas(ev.model_copy(update={"study": long_rows})))
+    assert wide.get_size_inches()[0] > 8.0  # widened rather than the axes squeezed
+    reason = "output length shrank by more than the allowed 2% on every sample"
+    last = TrajectoryPoint(hour=3.2, reward=1.6, passed=False, failed_guards=[reason])
+    _apart(draw_trajectory(_candidate([*ARTICLE, last])))
 
 
 # ------------------------------------------------------------------------- rounds
