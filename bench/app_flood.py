@@ -110,7 +110,9 @@ SAMPLE_S = 0.1  # how often the runners held are counted
 TIMEOUT_S = 120.0  # a request of a repository that does not flood is dispatched by then
 LIVE = (M.JobState.DISPATCHING.value, M.JobState.DISPATCHED.value, M.JobState.RUNNING.value)
 BIN = Path(sys.executable).parent
-JOB_LINE = re.compile(r"bot\.queue\.(\w+): \S+ (?:\d+ retries )?executed in ([0-9.]+)s")
+JOB_LINE = re.compile(  # huey's repr of a task: name, id, eta, priority, retries
+    r"bot\.queue\.(\w+): \S+ (?:@\S+ )?(?:p=\S+ )?(?:\d+ retries )?executed in ([0-9.]+)s"
+)
 
 APP_SETTINGS: dict[str, Any] = {
     "METRICS_PORT": 0,

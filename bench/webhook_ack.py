@@ -522,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     import redis
-    from huey import RedisHuey
+    from huey import PriorityRedisHuey
 
     body = payload_body(args.indent)
     signature = sign(body, WEBHOOK_SECRET)
@@ -610,7 +610,7 @@ def main(argv: list[str] | None = None) -> int:
         in_flight = sum(r.in_flight for r in app_runs)
         failed = sum(r.non2xx + r.socket_errors for r in app_runs)
         (stored,) = query(db_url, "SELECT count(*) FROM deliveries")
-        huey = RedisHuey("rsi-bot", url=redis_url)
+        huey = PriorityRedisHuey("rsi-bot", url=redis_url)
         jobs, queued = queued_deliveries(huey)
 
         worker = Proc("worker", [str(BIN / "rsi-bot"), "worker"], env, tmp)

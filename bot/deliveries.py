@@ -23,6 +23,7 @@ from bot.models import Delivery, utcnow
 from bot.pull_lease import Busy
 
 if TYPE_CHECKING:
+    from bot.db import Database
     from bot.services import Services
 
 log = logging.getLogger(__name__)
@@ -175,10 +176,29 @@ def _json_object(text: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+def lanes(db: Database, ids: list[str]) -> dict[str, str]:
+    """The repository each stored delivery is about, read from its payload (a delivery
+    about no repository, such as an installation event, has none): the queue's lanes."""
+    with db.session() as s:
+        rows = s.execute(select(Delivery.id, Delivery.payload).where(Delivery.id.in_(ids)))
+        found = {}
+        for delivery_id, text in rows:
+            lane = lane_of(_json_object(text) or {})
+            if lane is not None:
+                found[delivery_id] = lane
+        return found
+
+
+def lane_of(payload: dict[str, Any]) -> str | None:
+    repo = payload.get("repository")
+    name = repo.get("full_name") if isinstance(repo, dict) else payload.get("repo")
+    return name[:200].lower() if isinstance(name, str) and name else None
+
+
 def grace_s(svc: Services) -> float:
     """How old a still-`queued` delivery must be before it counts as lost. A minute when
-    the queue is empty; with a backlog its job is probably still waiting (the queue is
-    first in, first out), and queuing it again would only lengthen the backlog, so the
+    the queue is empty; with a backlog its job is probably still waiting for its
+    repository's turn, and queuing it again would only lengthen the backlog, so the
     lease (`RSI_LEASE_S`) applies instead."""
     try:
         backlog = svc.huey.pending_count()
@@ -208,8 +228,7 @@ def requeue_lost(svc: Services) -> int:
                 )
             )
         )
-    for delivery_id in lost:
-        svc.queue.process_delivery(delivery_id)
+    svc.queue.deliver(lost)
     return len(lost)
 
 

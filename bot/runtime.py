@@ -7,11 +7,14 @@ so no import circle runs through them.
 
 from __future__ import annotations
 
+from sqlalchemy import select
+
 from bot import deliveries, inquiries, pull_writes
 from bot.artifacts import store_from_url
 from bot.config import Settings
 from bot.db import Database
 from bot.github.client import GitHubApp
+from bot.models import Verification
 from bot.queue import Jobs, Queue
 from bot.services import Services, make_huey
 from bot.signing import UrlSigner
@@ -42,6 +45,11 @@ def build(settings: Settings, *, immediate: bool = False) -> Services:
         retry = pull_writes.Retry(st.RSI_EFFECT_ATTEMPTS, st.RSI_EFFECT_BACKOFF_S)
         return pull_writes.drain(svc.db, svc.github, retry, repo, number)
 
+    def verification_lane(vid: str) -> str | None:
+        with svc.db.session() as s:
+            repo = s.scalar(select(Verification.repo).where(Verification.id == vid))
+        return repo.lower() if repo else None
+
     svc.queue = Queue(
         svc.huey,
         Jobs(
@@ -50,6 +58,8 @@ def build(settings: Settings, *, immediate: bool = False) -> Services:
             drain=lambda vid: steps.drain(svc, vid),
             write=write,
             reconcile=reconcile,
+            verification_lane=verification_lane,
+            delivery_lanes=lambda ids: deliveries.lanes(svc.db, ids),
         ),
     )
     return svc

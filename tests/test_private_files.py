@@ -46,7 +46,7 @@ def test_database_queue_and_artifacts_are_owner_only(tmp_path: Path) -> None:
     rt = runtime.build(settings)  # a real SQLite queue, not the immediate one
     try:
         assert rt.db.store_delivery("d-1", "github", "ping", "{}")
-        rt.huey.enqueue(rt.queue.start.s("v-1"))
+        rt.huey.enqueue(rt.queue.start_task.s("v-1"))
         rt.store.put_bytes("v-1/h200/bundle.zip", b"PK\x05\x06" + bytes(18))
         rt.store.put_bytes("v-1/report.html", b"<html></html>")
         found = modes(state)
