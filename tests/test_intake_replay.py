@@ -193,3 +193,52 @@ def test_two_intakes_of_one_candidate_at_once_start_one(
         assert s.scalar(select(func.count()).select_from(Verification)) == 1
     w.settle()
     assert len(w.github.dispatches) == 1
+
+
+def test_a_candidate_past_the_repository_s_queue_cap_is_a_429_and_kept_for_later(
+    tmp_path: Path, github: GitHubStandIn
+) -> None:
+    """Refused at the door, not made into a verification only to be refused: a
+    verification would answer every later resend of this candidate with its refusal."""
+    with world("embedded", tmp_path, github, RSI_REPO_MAX_QUEUED=1) as w:
+        with w.svc.db.session() as s:
+            waiting = store.create(
+                s,
+                store.NewVerification(
+                    repo=appkit.UPSTREAM,
+                    pr_number=None,
+                    task="cosyvoice3",
+                    base_sha=OTHER_SHA,
+                    head_sha=OTHER_SHA,
+                    head_repo=appkit.FORK,
+                    head_ref="rsi/waiting",
+                    gpus=["H200"],
+                    rounds=3,
+                    modes=["streaming"],
+                    candidate={},
+                    candidate_id="waiting",
+                    trigger="intake",
+                ),
+            ).id
+        body = appkit.dumps(appkit.candidate())
+        resp = w.client.post(
+            "/api/v1/candidates", data=body, headers=appkit.intake_headers(body, "d-1")
+        )
+        assert resp.status_code == 429, resp.get_json()
+        assert resp.headers["Retry-After"] == "300"
+        answer = resp.get_json()
+        assert (answer["queued"], answer["most"]) == (1, 1)
+        assert "RSI_REPO_MAX_QUEUED=1" in answer["error"]
+        assert "send the candidate again" in answer["error"]
+        assert verifications(w) == [(appkit.UPSTREAM, "waiting")]
+        assert w.github.dispatches == []
+
+        with w.svc.db.session() as s:
+            v = s.get(Verification, waiting)
+            assert v is not None
+            v.state = "cancelled"
+        status, first = send(w, "d-1")  # the same delivery id: nothing was kept of it
+        assert status == 202, first
+        w.settle()
+        assert len(w.github.dispatches) == 1
+        assert verifications(w)[-1] == (appkit.UPSTREAM, CANDIDATE_ID)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import Select, and_, func, or_, select, update
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
@@ -342,15 +342,25 @@ def active(s: Session, repo: str, number: int) -> list[Verification]:
     return [v for v in of_pull(s, repo, number) if v.state in ACTIVE_STATES]
 
 
+def _queued_requests(repo: str) -> Select[Any]:
+    """Requested verifications of `repo` that wait (the watch's and the hunt's steps are
+    not requests)."""
+    return select(func.count(Verification.id)).where(
+        Verification.repo == repo,
+        Verification.state == M.State.QUEUED.value,
+        Verification.watch.is_(False),
+        Verification.inquiry_id.is_(None),
+    )
+
+
+def queued_requests(s: Session, repo: str) -> int:
+    return int(s.scalar(_queued_requests(repo)) or 0)
+
+
 def queued_before(s: Session, v: Verification) -> int:
-    """Requested verifications of `v`'s repository queued before it (the watch's and the
-    hunt's steps are not requests)."""
+    """Requested verifications of `v`'s repository queued before it."""
     n = s.scalar(
-        select(func.count(Verification.id)).where(
-            Verification.repo == v.repo,
-            Verification.state == M.State.QUEUED.value,
-            Verification.watch.is_(False),
-            Verification.inquiry_id.is_(None),
+        _queued_requests(v.repo).where(
             or_(
                 Verification.created_at < v.created_at,
                 and_(Verification.created_at == v.created_at, Verification.id < v.id),

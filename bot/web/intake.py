@@ -37,6 +37,7 @@ from bot.web.signed import signed_body
 from evidence.model import Candidate
 
 log = logging.getLogger(__name__)
+QUEUE_FULL_RETRY_S = 300  # Retry-After of a 429: about the time a verification takes to start
 bp = Blueprint("intake", __name__)
 
 
@@ -166,6 +167,25 @@ def replayed(svc: Services, cand: Candidate, v: Verification) -> tuple[Response,
     ), 200
 
 
+def queue_full(s: Session, cand: Candidate, most: int) -> tuple[Response, int] | None:
+    """A 429 while `most` requests of the repository wait: nothing is recorded, so the
+    same candidate (and the same X-RSI-Delivery) is taken when sent again later, where a
+    verification made only to be refused would answer every resend with its refusal."""
+    waiting = store.queued_requests(s, cand.repo)
+    if waiting < most:
+        return None
+    observability.count_delivery("candidate", "refused")
+    answer = jsonify(
+        error=f"{cand.repo} has {waiting} verifications waiting, its most "
+        f"(RSI_REPO_MAX_QUEUED={most}); nothing was recorded: send the candidate again, "
+        "with the same candidate_id and X-RSI-Delivery, once some have started",
+        queued=waiting,
+        most=most,
+    )
+    answer.headers["Retry-After"] = str(QUEUE_FULL_RETRY_S)
+    return answer, 429
+
+
 @bp.post("/api/v1/candidates")
 def candidates() -> tuple[Response, int]:
     svc: Services = current_app.extensions["rsi"]
@@ -208,6 +228,9 @@ def candidates() -> tuple[Response, int]:
             earlier = promoted(s, cand.repo, cand.candidate_id)
             if earlier is not None:  # another intake of it committed meanwhile
                 return replayed(svc, cand, earlier)
+            full = queue_full(s, cand, svc.settings.RSI_REPO_MAX_QUEUED)
+            if full is not None:
+                return full
             v = store.create(
                 s,
                 store.NewVerification(
@@ -249,7 +272,7 @@ def candidates() -> tuple[Response, int]:
             seen = s.get(Delivery, key)
             return jsonify(seen.result if seen else {}), 202
     try:
-        svc.queue.start(answer["verification_id"])
+        svc.queue.start(str(answer["verification_id"]))
     except Exception:
         log.exception("could not enqueue %s; the reconciler will", answer["verification_id"])
     observability.count_delivery("candidate", "accepted")
