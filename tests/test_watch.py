@@ -583,6 +583,41 @@ def test_a_repository_s_requests_past_its_queue_cap_are_refused_before_dispatch(
         w.github.assert_clean()
 
 
+def test_a_request_answered_queued_then_refused_at_its_start_tells_who_asked(
+    tmp_path: Path, github: GitHubStandIn
+) -> None:
+    """The command's reply said "queued"; the operator then lowered the queue cap, and
+    the start refuses it: that is news, and whoever asked is told (the command decides
+    its own refusals before it queues the start, so nothing is said twice)."""
+    with world("embedded", tmp_path, github, RSI_REPO_MAX_QUEUED=3) as w:
+        w.queue_may_wait = True
+        one_at_a_time = CONFIG + "budget:\n  max_running: 1\n"
+        prs = [_someones_pr(w, one_at_a_time) for _ in range(3)]
+        w.github.set_permission(appkit.UPSTREAM, WRITER, "write")
+        for i, number in enumerate(prs):
+            say(w, number, "/rsi verify", f"c-{i}")
+        assert [w.latest(n).state for n in prs] == ["dispatched", "queued", "queued"]
+        replies = [w.github.comments_on(appkit.UPSTREAM, n)[-1].body for n in prs]
+        assert all("queued" in r.lower() for r in replies[1:]), replies
+        before = len(w.github.comments_on(appkit.UPSTREAM, prs[2]))
+
+        w.svc.settings.RSI_REPO_MAX_QUEUED = 1
+        w.reconcile()
+        assert w.latest(prs[1]).state == "queued"
+        refused = w.latest(prs[2])
+        assert refused.state == "cancelled"
+        assert (refused.end_reason or {}) == {
+            "code": "queue-full",
+            "params": {"queued": "1", "most": "1"},
+        }
+        told = [c.body for c in w.github.comments_on(appkit.UPSTREAM, prs[2])[before:]]
+        pings = [body for body in told if body.startswith(f"@{WRITER} ")]
+        assert len(pings) == 1, told
+        assert "cancelled" in pings[0]
+        assert len(w.github.dispatches) == 1
+        w.github.assert_clean()
+
+
 def test_two_starts_decided_at_once_cannot_both_take_the_last_runner(
     w: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -273,6 +273,7 @@ def _verify_pull(
         user=c.user,
         comment_id=c.comment_id,
         approved=approved,
+        start_now=False,
     )
     if got is None:
         return messages.no_task(c.user)
@@ -282,7 +283,10 @@ def _verify_pull(
     refused = _not_started(p, v.id, config)
     if refused is not None:
         return messages.not_started(c.user, v, refused)
-    return messages.reverify_queued(c.user, v) if approved else messages.verify_held(c.user, v)
+    if not approved:
+        return messages.verify_held(c.user, v)
+    p.queue.start(v.id)
+    return messages.reverify_queued(c.user, v)
 
 
 REFUSALS = (R.OVER_BUDGET, R.QUEUE_FULL)  # the start gate's reasons (steps.over_budget)
@@ -290,8 +294,9 @@ REFUSALS = (R.OVER_BUDGET, R.QUEUE_FULL)  # the start gate's reasons (steps.over
 
 def _not_started(p: StepPorts, vid: str, config: RepoConfig) -> Reason | None:
     """Why the verification just queued may not start (its estimate passes a budget),
-    decided once, now: it is ended with that reason, and the reply says so (`told`: no
-    second word to whoever asked)."""
+    decided once, before its start is queued: it is ended with that reason, and the reply
+    says so (`told`: no second word to whoever asked). A refusal at its start, later,
+    is news to them, and they are told."""
     with p.db.session() as s:
         v = store.get(s, vid)
         if v is None:
@@ -393,6 +398,7 @@ def _reverify(
         plan=plan,
         requested_by=user,
         base_sha=base_sha,
+        start_now=False,
     )
     if v is None:
         return messages.nothing_to_repeat(user)
@@ -402,6 +408,7 @@ def _reverify(
     refused = _not_started(p, v.id, config)
     if refused is not None:
         return messages.not_started(user, v, refused)
+    p.queue.start(v.id)
     return messages.reverify_queued(user, v)
 
 

@@ -73,11 +73,12 @@ def _decide(svc: StepPorts, vid: str, config: RepoConfig) -> tuple[M.Effect, ...
         repo = v.repo
         busy = store.running_count(s, repo, vid)
         over = over_budget(s, v, config.budget, svc.settings.RSI_REPO_MAX_QUEUED)
-        # A command's reply says it (bot/features/commands.py): no second word then.
-        told = (triggers.parse(v.trigger) or ("", ""))[0] in COMMANDS
     if over is not None:
+        # A command's own refusal is in its reply (bot/features/commands.py decides
+        # before it queues the start): one refused here was answered "queued", so
+        # whoever asked is told.
         log.info("%s of %s not started: %s", vid, repo, over.params)
-        event: M.Event = M.Cancel(Reason(over.code, {**over.params, "told": told}))
+        event: M.Event = M.Cancel(Reason(over.code, dict(over.params)))
         return store.transition(svc.db, vid, event)[1]
     limit = config.budget.max_running
 
@@ -113,7 +114,6 @@ def _note_installation(svc: StepPorts, vid: str, repo: str) -> None:
             v.installation_id = iid
 
 
-COMMANDS = ("verify", "reverify")  # triggers whose command answers in a reply
 
 
 def over_budget(
@@ -346,6 +346,7 @@ def verify_head(
     base_sha: str | None = None,
     review_round: bool = False,
     awaiting: str | None = None,
+    start_now: bool = True,
 ) -> Verification | None:
     """Queue a verification of the PR's head (a copy of the PR's last candidate with the
     new head) and supersede every earlier one still active. None when the PR has no
@@ -397,7 +398,7 @@ def verify_head(
     log.info("%s of %s#%s at %s (%s)", new.id, repo, number, head_sha[:10], trigger)
     if awaiting is not None:
         svc.queue.drain(new_id)
-    else:
+    elif start_now:
         svc.queue.start(new_id)
     return new
 
@@ -590,6 +591,7 @@ def verify_pull(
     user: str,
     comment_id: int,
     approved: bool = True,
+    start_now: bool = True,
 ) -> tuple[Verification, bool] | None:
     """Queue a verification of a tracked PR's head against its base branch's tip, on the
     first task the repository watches (approved by `user`, a writer, for the runners; held
@@ -636,10 +638,10 @@ def verify_pull(
         if not approved:  # runs nothing until a writer approves this head
             store.first_step(s, new, M.AwaitApproval(pull.head_sha, ""))
         vid = new.id
-    if approved:
-        svc.queue.start(vid)
-    else:
+    if not approved:
         svc.queue.drain(vid)
+    elif start_now:
+        svc.queue.start(vid)
     with svc.db.session() as s:
         made = store.get(s, vid)
         return (made, False) if made is not None else None
