@@ -114,8 +114,6 @@ def _note_installation(svc: StepPorts, vid: str, repo: str) -> None:
             v.installation_id = iid
 
 
-
-
 def over_budget(
     s: Session, v: Verification, budget: Budget, max_queued: int | None = None
 ) -> Reason | None:
