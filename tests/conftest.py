@@ -122,6 +122,15 @@ def _functions(target: Any) -> list[types.FunctionType]:
     return out
 
 
+COLLECTED = pytest.StashKey[set[str]]()
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Every test this session collected, before `-m`/`-k` take any away: the check of
+    tests/coverage_tests.txt reads it instead of collecting the suite again."""
+    item.config.stash.setdefault(COLLECTED, set()).add(item.nodeid)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark `services` every test that needs PostgreSQL, Redis, Chromium or root with the
     candidate users: `make unit-fast` leaves them out (`-m 'not services'`).
