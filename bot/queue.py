@@ -4,8 +4,9 @@
 Jobs are hints: the database is the truth, and the reconciler re-queues whatever a
 killed worker lost (huey does not acknowledge). Retries are scheduled, never slept, so
 a GitHub outage does not hold a worker thread while other deliveries wait. A job of a
-repository is queued in that repository's lane (`bot.lanes`): repositories take turns,
-so one that floods the App delays the others' jobs by a turn, not by its backlog.
+repository carries its lane (`lane=`, the repository) and is tagged in that lane each
+time it enters the queue (`bot.lanes`): repositories take turns, so one that floods the
+App delays the others' jobs by a turn, not by its backlog.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from huey import Huey, crontab
+from huey.signals import SIGNAL_ENQUEUED
 
 from bot import observability
 from bot.lanes import Lanes
@@ -44,9 +46,10 @@ class Queue:
     def __init__(self, huey: Huey, jobs: Jobs) -> None:
         observability.instrument_huey(huey)
         self._huey, self._jobs, self.lanes = huey, jobs, Lanes(huey)
+        huey.signal(SIGNAL_ENQUEUED)(self.lanes.tag_on_enqueue)
         lanes = self.lanes
 
-        def process_delivery(delivery_id: str, task: Any = None) -> None:
+        def process_delivery(delivery_id: str, lane: str | None = None, task: Any = None) -> None:
             lanes.started(task.priority if task else None)
             with observability.delivery_context(delivery_id):
                 jobs.process_delivery(delivery_id)
@@ -56,21 +59,19 @@ class Queue:
             process queued in one go."""
             self.deliver(delivery_ids)
 
-        def start(vid: str, task: Any = None) -> None:
+        def start(vid: str, lane: str | None = None, task: Any = None) -> None:
             lanes.started(task.priority if task else None)
             jobs.start(vid)
 
-        def drain(vid: str, task: Any = None) -> None:
+        def drain(vid: str, lane: str | None = None, task: Any = None) -> None:
             lanes.started(task.priority if task else None)
             jobs.drain(vid)
 
-        def write(repo: str, number: int, task: Any = None) -> None:
+        def write(repo: str, number: int, lane: str | None = None, task: Any = None) -> None:
             lanes.started(task.priority if task else None)
             wait = jobs.write(repo, number)
             if wait is not None and not huey.immediate:
-                self._write.schedule(
-                    (repo, number), delay=max(1.0, wait), priority=self._priority(repo)
-                )
+                self._write.schedule((repo, number), {"lane": repo}, delay=max(1.0, wait))
 
         def reconcile() -> None:
             jobs.reconcile()
@@ -97,7 +98,7 @@ class Queue:
         """Queue each stored delivery in its repository's lane (read from its payload)."""
         ids = list(ids)
         try:
-            lanes = self._jobs.delivery_lanes(ids) if ids else {}
+            lanes = self._jobs.delivery_lanes(ids) if ids and not self._huey.immediate else {}
         except Exception:  # the order is a courtesy: the work is queued whatever
             log.exception("could not read the repositories of %d deliveries", len(ids))
             lanes = {}
@@ -105,36 +106,30 @@ class Queue:
             self.process_delivery(delivery_id, lane=lanes.get(delivery_id))
 
     def process_delivery(self, delivery_id: str, lane: str | None = None) -> None:
-        self._process_delivery(delivery_id, priority=self._priority(lane))
+        self._process_delivery(delivery_id, lane=lane)
 
     def start(self, vid: str) -> None:
-        self.start_task(vid, priority=self._priority_of(vid))
+        self.start_task(vid, lane=self._lane_of(vid))
 
     def drain(self, vid: str) -> None:
-        self._drain(vid, priority=self._priority_of(vid))
+        self._drain(vid, lane=self._lane_of(vid))
 
     def write(self, repo: str, number: int) -> None:
         """Carry out what is written in the PR's outbox (`bot.pull_writes`)."""
-        self._write(repo, number, priority=self._priority(repo))
+        self._write(repo, number, lane=repo)
 
     def drain_later(self, vid: str, seconds: float) -> None:
         """Come back when the next effect is due (an immediate queue runs it now, which
         finds it not yet due and waits for the reconciler)."""
         if self._huey.immediate:
             return
-        self._drain.schedule((vid,), delay=max(1.0, seconds), priority=self._priority_of(vid))
+        self._drain.schedule((vid,), {"lane": self._lane_of(vid)}, delay=max(1.0, seconds))
 
-    def _priority(self, lane: str | None) -> float | None:
+    def _lane_of(self, vid: str) -> str | None:
         if self._huey.immediate:
             return None  # run here and now: no order to keep
-        return self.lanes.priority(lane)
-
-    def _priority_of(self, vid: str) -> float | None:
-        if self._huey.immediate:
-            return None
         try:
-            lane = self._jobs.verification_lane(vid)
+            return self._jobs.verification_lane(vid)
         except Exception:  # the order is a courtesy: the work is queued whatever
             log.exception("could not read the repository of %s", vid)
-            lane = None
-        return self.lanes.priority(lane)
+            return None

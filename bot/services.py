@@ -5,12 +5,11 @@ it). Nothing looks it up globally."""
 from __future__ import annotations
 
 import logging
-import struct
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from huey import Huey, PriorityRedisHuey, SqliteHuey
+from huey import Huey, SqliteHuey
 
 from bot.artifacts import ArtifactStore
 from bot.batcher import Batcher
@@ -20,6 +19,7 @@ from bot.files import private_file
 from bot.github.api import GitHub
 from bot.github.client import GitHubApp
 from bot.github.config_file import ConfigCache
+from bot.queue_store import redis_huey
 from bot.repo_config import ConfigResult
 from bot.signing import UrlSigner
 
@@ -34,33 +34,11 @@ def make_huey(settings: Settings, immediate: bool = False) -> Huey:
     """The queue, with priorities (`bot.lanes` orders jobs by them): a sorted set on
     Redis, a table on SQLite."""
     if settings.REDIS_URL:
-        huey = PriorityRedisHuey("rsi-bot", url=settings.REDIS_URL, immediate=immediate)
-        if not immediate:
-            _upgrade_list_queue(huey)
-        return huey
+        return redis_huey(settings.REDIS_URL, immediate=immediate)
     private_file(settings.QUEUE_PATH)  # 0600 in a 0700 folder, before SQLite opens it
     return SqliteHuey(
         "rsi-bot", filename=str(settings.QUEUE_PATH.expanduser()), immediate=immediate
     )
-
-
-def _upgrade_list_queue(huey: Huey) -> None:
-    """A queue an earlier release left in a Redis list (no priorities) becomes the sorted
-    set the priority queue reads, jobs kept in their order, ahead of any new one."""
-    conn, key = huey.storage.conn, huey.storage.queue_key
-    try:
-        if conn.type(key) not in (b"list", "list"):
-            return
-        old = f"{key}.list-before-priorities"
-        conn.rename(key, old)
-        jobs = conn.lrange(old, 0, -1)
-        # The list is pushed on the left and popped on the right: oldest last.
-        for i, data in enumerate(reversed(jobs)):
-            conn.zadd(key, {struct.pack(">Q", i) + data: 0})
-        conn.delete(old)
-        log.warning("queue: %d jobs moved from the list to the priority queue", len(jobs))
-    except Exception:  # Redis down: the consumer waits for it, the reconciler re-queues
-        log.exception("queue: could not look at the queue's type in Redis")
 
 
 @dataclass
