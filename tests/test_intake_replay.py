@@ -5,6 +5,7 @@ same instant start one. On SQLite and PostgreSQL alike."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -242,3 +243,39 @@ def test_a_candidate_past_the_repository_s_queue_cap_is_a_429_and_kept_for_later
         w.settle()
         assert len(w.github.dispatches) == 1
         assert verifications(w)[-1] == (appkit.UPSTREAM, CANDIDATE_ID)
+
+
+def test_two_candidates_at_once_at_the_cap_get_one_place_and_one_429(
+    tmp_path: Path, github: GitHubStandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL: the intakes of one repository are serialised, so two candidates sent
+    together cannot both count one place left; the second is a 429, not a verification
+    made only to be refused (which would answer every resend of it with the refusal)."""
+    with world("deployed", tmp_path, github, RSI_REPO_MAX_QUEUED=1) as w:
+        w.queue_may_wait = True
+        one_runner = "gpus: [H200]\nrounds: 3\nmodes: [streaming]\nbudget:\n  max_running: 1\n"
+        w.github.set_file(appkit.UPSTREAM, ".github/rsi.yml", one_runner)
+        running = w.promote("d-run", candidate_id="running")  # holds the one runner
+        w.settle()
+        assert w.verification(running).state == "dispatched"
+        both_counting = threading.Barrier(2, timeout=0.3)
+        real = store.queued_requests
+
+        def counted_together(s: Session, repo: str) -> int:
+            with contextlib.suppress(threading.BrokenBarrierError):
+                both_counting.wait()  # unserialised, both count here at once
+            return real(s, repo)
+
+        monkeypatch.setattr(store, "queued_requests", counted_together)
+        answers: dict[str, int] = {}
+
+        def post(cid: str) -> None:
+            body = appkit.dumps(appkit.candidate(candidate_id=cid))
+            headers = appkit.intake_headers(body, f"d-{cid}")
+            resp = w.app.test_client().post("/api/v1/candidates", data=body, headers=headers)
+            answers[cid] = resp.status_code
+
+        w.at_once(lambda: post("a"), lambda: post("b"))
+        assert sorted(answers.values()) == [202, 429], answers
+        w.settle()
+        assert len(w.github.dispatches) == 1

@@ -112,20 +112,20 @@ def parse_candidate(body: bytes) -> Candidate | Refused:
     return cand
 
 
-def lock_key(repo: str, candidate_id: str) -> int:
-    """A stable signed 64-bit key for one candidate of one repository (PostgreSQL's
-    advisory locks take a bigint)."""
-    digest = hashlib.blake2b(
-        f"rsi-intake\x00{repo}\x00{candidate_id}".encode(), digest_size=8
-    ).digest()
+def lock_key(repo: str) -> int:
+    """A stable signed 64-bit key for one repository's intakes (PostgreSQL's advisory
+    locks take a bigint)."""
+    digest = hashlib.blake2b(f"rsi-intake\x00{repo}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big", signed=True)
 
 
-def hold_candidate(s: Session, repo: str, candidate_id: str) -> None:
-    """Serialise the intakes of this candidate until the transaction ends, so that the
-    lookup after it sees any verification another intake of it committed."""
+def hold_repository(s: Session, repo: str) -> None:
+    """Serialise the repository's intakes until the transaction ends, so that the lookup
+    of an earlier intake of the candidate, and the count of what waits against the queue
+    cap, see whatever another intake committed (two candidates sent together cannot both
+    take the last place)."""
     if s.get_bind().dialect.name == "postgresql":
-        s.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": lock_key(repo, candidate_id)})
+        s.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": lock_key(repo)})
     else:
         # SQLite has one writer: a write that changes nothing takes its lock now, and the
         # transaction's reads start after it.
@@ -224,7 +224,7 @@ def candidates() -> tuple[Response, int]:
         ), 422
     try:
         with svc.db.session() as s:
-            hold_candidate(s, cand.repo, cand.candidate_id)
+            hold_repository(s, cand.repo)
             earlier = promoted(s, cand.repo, cand.candidate_id)
             if earlier is not None:  # another intake of it committed meanwhile
                 return replayed(svc, cand, earlier)
