@@ -176,17 +176,23 @@ def _json_object(text: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+LANE_CHUNK = 20  # payloads read at once: up to 25 MB each
+
+
 def lanes(db: Database, ids: list[str]) -> dict[str, str]:
     """The repository each stored delivery is about, read from its payload (a delivery
-    about no repository, such as an installation event, has none): the queue's lanes."""
-    with db.session() as s:
-        rows = s.execute(select(Delivery.id, Delivery.payload).where(Delivery.id.in_(ids)))
-        found = {}
-        for delivery_id, text in rows:
-            lane = lane_of(_json_object(text) or {})
-            if lane is not None:
-                found[delivery_id] = lane
-        return found
+    about no repository, such as an installation event, has none): the queue's lanes.
+    Read a few at a time, so a backlog of large payloads costs a few payloads of memory."""
+    found: dict[str, str] = {}
+    for at in range(0, len(ids), LANE_CHUNK):
+        chunk = ids[at : at + LANE_CHUNK]
+        with db.session() as s:
+            rows = s.execute(select(Delivery.id, Delivery.payload).where(Delivery.id.in_(chunk)))
+            for delivery_id, text in rows:
+                lane = lane_of(_json_object(text) or {})
+                if lane is not None:
+                    found[delivery_id] = lane
+    return found
 
 
 def lane_of(payload: dict[str, Any]) -> str | None:

@@ -5,6 +5,7 @@ job of each busy repository, not behind a flooder's backlog."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,12 +15,15 @@ import pytest
 import redis
 from huey import Huey, PriorityRedisHuey, RedisHuey, SqliteHuey
 
+from bot import deliveries
+from bot.db import Database
 from bot.deliveries import lane_of
 from bot.lanes import NOW, Lanes, key
+from bot.models import Delivery
 from bot.queue import Jobs, Queue
 from bot.queue_store import QueueHuey, move_list, redis_huey
 from bot.services import make_huey
-from tests import appkit
+from tests import appkit, schema
 from tests.services import redis_db
 
 
@@ -316,3 +320,25 @@ def test_a_list_found_later_is_moved_then_and_the_queue_goes_on(
         with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
             _old_release(url, 1, prefix="later")  # a sorted set now: the old one fails
         assert _run_all(new) == ["late-0", "late-1"]
+
+
+def test_the_lanes_of_stored_deliveries_are_read_a_few_at_a_time(tmp_path: Path) -> None:
+    settings = appkit.settings(tmp_path, "http://127.0.0.1:9")
+    schema.migrated(settings.DATABASE_URL)
+    db = Database(settings.DATABASE_URL)
+    payloads = {
+        **{f"g-{i}": {"repository": {"full_name": f"Octo/Repo{i % 3}"}} for i in range(45)},
+        "intake": {"repo": "octo/intake", "candidate_id": "c"},
+        "installation": {"installation": {"id": 1}},
+        "not-json": "{",
+    }
+    with db.session() as s:
+        for delivery_id, payload in payloads.items():
+            text = payload if isinstance(payload, str) else json.dumps(payload)
+            s.add(Delivery(id=delivery_id, source="github", event="x", payload=text))
+    got = deliveries.lanes(db, [*payloads, "missing"])
+    assert got == {
+        **{f"g-{i}": f"octo/repo{i % 3}" for i in range(45)},
+        "intake": "octo/intake",
+    }
+    db.dispose()
