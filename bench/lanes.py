@@ -30,17 +30,9 @@ sys.path[:0] = [str(ROOT)]
 
 from huey import Huey, PriorityRedisHuey, SqliteHuey  # noqa: E402
 
-from bot.lanes import Lanes  # noqa: E402
 from bot.queue import Jobs, Queue  # noqa: E402
 
 CHAIN = ("process_delivery", "start", "drain", "write")
-
-
-class FirstInFirstOut(Lanes):
-    """The reference: every job queued without a priority, in arrival order."""
-
-    def priority(self, lane: str | None) -> float | None:
-        return None
 
 
 @dataclass
@@ -86,8 +78,8 @@ def build(huey: Huey, trial: Trial, fifo: bool) -> Queue:
             delivery_lanes=lambda ids: {i: i.split("#")[0] for i in ids},
         ),
     )
-    if fifo:
-        queue.lanes = FirstInFirstOut(huey)
+    if fifo:  # the reference: no job tagged as it enters the queue
+        huey.disconnect_signal(queue.lanes.tag_on_enqueue)
     return queue
 
 
