@@ -35,8 +35,9 @@ sys.path.insert(0, str(ROOT))
 
 from evidence import plots  # noqa: E402
 from evidence.build import Inputs, build  # noqa: E402
-from evidence.model import Candidate, EvolveState, Harness, HeadRef  # noqa: E402
-from evidence.synth import BASE_SHA, HEAD_SHA, SynthSpec, write_bundle  # noqa: E402
+from evidence.model import EvolveState  # noqa: E402
+from evidence.synth import SynthSpec, write_bundle  # noqa: E402
+from tests.test_plots import _candidate  # noqa: E402
 
 EVOLVE_STATE = ROOT / "tests" / "fixtures" / "real" / "ace-playbook-repair.evolve_state.json"
 STUDIES = {
@@ -52,18 +53,7 @@ WAYS = ("reference", "new")
 def kinds(work: Path, study: str) -> dict[str, Callable[[], Figure | None]]:
     paths = [write_bundle(work / f"b{i}", spec) for i, spec in enumerate(STUDIES[study])]
     ev, sources = build(Inputs(bundles=paths))
-    candidate = Candidate(
-        candidate_id="cosyvoice3-idle-threads-r14",
-        task="cosyvoice3",
-        repo="sgl-project/sglang-omni",
-        base_sha=BASE_SHA,
-        head=HeadRef(repo="openrsi-bot/sglang-omni", ref="rsi/x", sha=HEAD_SHA),
-        title="CosyVoice3: idle encoder threads sleep instead of spinning",
-        harness=Harness(
-            run_id="run-1",
-            trajectory=EvolveState.model_validate(orjson.loads(EVOLVE_STATE.read_bytes())),
-        ),
-    )
+    candidate = _candidate(EvolveState.model_validate(orjson.loads(EVOLVE_STATE.read_bytes())))
     return {
         "rounds": lambda: plots.draw_rounds(ev),
         "latency": lambda: plots.draw_latency(sources),

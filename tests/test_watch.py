@@ -583,6 +583,18 @@ def test_a_repository_s_requests_past_its_queue_cap_are_refused_before_dispatch(
         w.github.assert_clean()
 
 
+def _verified_one_runner(w: World, n: int) -> list[int]:
+    """`n` PRs of a repository allowed one runner at a time, each `/rsi verify`-ed by a
+    writer in turn (the first dispatched, the rest waiting)."""
+    w.queue_may_wait = True  # queued verifications wait for the runner: not busy
+    one_at_a_time = CONFIG + "budget:\n  max_running: 1\n"
+    prs = [_someones_pr(w, one_at_a_time) for _ in range(n)]
+    w.github.set_permission(appkit.UPSTREAM, WRITER, "write")
+    for i, number in enumerate(prs):
+        say(w, number, "/rsi verify", f"c-{i}")
+    return prs
+
+
 def test_a_request_answered_queued_then_refused_at_its_start_tells_who_asked(
     tmp_path: Path, github: GitHubStandIn
 ) -> None:
@@ -590,12 +602,7 @@ def test_a_request_answered_queued_then_refused_at_its_start_tells_who_asked(
     the start refuses it: that is news, and whoever asked is told (the command decides
     its own refusals before it queues the start, so nothing is said twice)."""
     with world("embedded", tmp_path, github, RSI_REPO_MAX_QUEUED=3) as w:
-        w.queue_may_wait = True
-        one_at_a_time = CONFIG + "budget:\n  max_running: 1\n"
-        prs = [_someones_pr(w, one_at_a_time) for _ in range(3)]
-        w.github.set_permission(appkit.UPSTREAM, WRITER, "write")
-        for i, number in enumerate(prs):
-            say(w, number, "/rsi verify", f"c-{i}")
+        prs = _verified_one_runner(w, 3)
         assert [w.latest(n).state for n in prs] == ["dispatched", "queued", "queued"]
         replies = [w.github.comments_on(appkit.UPSTREAM, n)[-1].body for n in prs]
         assert all("queued" in r.lower() for r in replies[1:]), replies
@@ -629,12 +636,7 @@ def test_two_starts_decided_at_once_cannot_both_take_the_last_runner(
     from bot import pool
     from bot.verification import steps
 
-    w.queue_may_wait = True
-    one_at_a_time = CONFIG + "budget:\n  max_running: 1\n"
-    prs = [_someones_pr(w, one_at_a_time) for _ in range(3)]
-    w.github.set_permission(appkit.UPSTREAM, WRITER, "write")
-    for i, number in enumerate(prs):
-        say(w, number, "/rsi verify", f"c-{i}")
+    prs = _verified_one_runner(w, 3)
     first, second, third = (w.latest(n) for n in prs)
     assert (first.state, second.state, third.state) == ("dispatched", "queued", "queued")
     w.finish(first.id, base_sha=first.base_sha, head_sha=first.head_sha)  # a runner frees
