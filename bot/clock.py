@@ -11,11 +11,23 @@ import datetime as dt
 import threading
 
 _ahead = dt.timedelta(0)
+_held: dt.datetime | None = None
 _lock = threading.Lock()
 
 
 def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.UTC) + _ahead
+    held = _held
+    return (held if held is not None else dt.datetime.now(dt.UTC)) + _ahead
+
+
+def hold() -> None:
+    """Stop the clock where it is until `reset`: a test that asserts how long something
+    took in the App's words ("dispatched as soon as it was queued") must not depend on
+    how fast the machine ran it. `advance` still moves a held clock."""
+    global _held
+    with _lock:
+        if _held is None:
+            _held = dt.datetime.now(dt.UTC)
 
 
 def advance(by: dt.timedelta) -> None:
@@ -29,6 +41,7 @@ def advance(by: dt.timedelta) -> None:
 
 def reset() -> None:
     """Real time again (a test's start; nothing the App recorded outlives a test)."""
-    global _ahead
+    global _ahead, _held
     with _lock:
         _ahead = dt.timedelta(0)
+        _held = None

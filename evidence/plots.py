@@ -6,17 +6,23 @@ assert on that data rather than on pixels. Drawing uses matplotlib's object-orie
 the Agg backend (no pyplot, no global state); a plot without data is skipped, never drawn
 empty. Each figure's margins are set once, from the sizes of the texts around its axes
 (`_fit`), rather than by matplotlib's constrained layout, which measured every artist
-twice at every draw: a quarter of the CPU time a plot took (bench/plots.py).
+twice at every draw: a quarter of the CPU time a plot took (bench/plots.py). A plot
+whose data this process drew lately is written again from its PNG (`DRAWN`), not drawn.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import hashlib
+import io
 import math
-from collections import defaultdict
+import threading
+from collections import OrderedDict, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -488,7 +494,10 @@ def _fit(fig: Figure, axes: list[Axes], ncols: int = 1) -> None:
 
 
 def draw_rounds(ev: Evidence) -> Figure | None:
-    panels = rounds_series(ev)
+    return _draw_rounds(rounds_series(ev))
+
+
+def _draw_rounds(panels: dict[PanelKey, list[RoundPoint]]) -> Figure | None:
     if not panels:
         return None
     fig = _figure(8.0, 0.6 + 2.0 * len(panels))
@@ -599,13 +608,16 @@ def draw_ttfa(sources: list[Source]) -> Figure | None:
 
 
 def draw_deltas(ev: Evidence) -> Figure | None:
-    rows = delta_rows(ev)
+    return _draw_deltas((delta_rows(ev), ev.threshold_pct))
+
+
+def _draw_deltas(data: tuple[list[DeltaPoint], float]) -> Figure | None:
+    rows, thr = data
     if not rows:
         return None
     n = len(rows)
     fig = _figure(8.0, 1.1 + 0.26 * n)
     ax = fig.add_subplot()
-    thr = ev.threshold_pct
     if thr > 0:
         ax.axvspan(-thr, thr, color="#cccccc", alpha=0.5, lw=0)
     ax.axvline(0.0, color="black", lw=0.8)
@@ -644,8 +656,17 @@ def draw_deltas(ev: Evidence) -> Figure | None:
 
 
 def draw_trajectory(candidate: Candidate | None) -> Figure | None:
+    return _draw_trajectory(_trajectory_data(candidate))
+
+
+def _trajectory_data(candidate: Candidate | None) -> tuple[list[TrajPoint], str | None]:
+    """The search's points and its run id (the plot's title)."""
     harness = candidate.harness if candidate is not None else None
-    points = trajectory_points(harness)
+    return trajectory_points(harness), harness.run_id if harness is not None else None
+
+
+def _draw_trajectory(data: tuple[list[TrajPoint], str | None]) -> Figure | None:
+    points, run_id = data
     if not any(p.reward is not None or not p.passed for p in points):
         return None  # nothing scored and nothing rejected: no trajectory to show
     fig = _figure(8.0, 3.2)
@@ -722,8 +743,8 @@ def draw_trajectory(candidate: Candidate | None) -> Figure | None:
                     color=REJECT_COLOUR,
                 )
     title = "harness search"
-    if harness is not None and harness.run_id:
-        title += f" {harness.run_id}"
+    if run_id:
+        title += f" {run_id}"
     ax.set_title(title, fontsize=TITLE_PT, loc="left")
     ax.set_xlabel("hours since the search began", fontsize=LABEL_PT)
     ax.set_ylabel("reward", fontsize=LABEL_PT)
@@ -741,14 +762,12 @@ def plot_url(public_url: str | None, name: str) -> str | None:
     return f"{public_url.rstrip('/')}/plots/{name}.png" if public_url else None
 
 
-def _save(fig: Figure, out_dir: Path, name: str) -> None:
-    """Write `plots/<name>.png` as a 256-colour palette PNG.
+def _png(fig: Figure) -> bytes:
+    """The figure as a 256-colour palette PNG.
 
     A plot has few colours besides the anti-aliasing shades, so a palette (without
     dithering) looks the same and is about a third of the size of Agg's RGBA file.
     """
-    folder = out_dir / "plots"
-    folder.mkdir(parents=True, exist_ok=True)
     canvas = FigureCanvasAgg(fig)
     canvas.draw()  # type: ignore[no-untyped-call]  # savefig draws twice with a layout engine
     width, height = canvas.get_width_height(physical=True)
@@ -758,7 +777,102 @@ def _save(fig: Figure, out_dir: Path, name: str) -> None:
         colors=256, method=Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE
     )
     fig.clear()
-    pal.save(folder / f"{name}.png", format="PNG")
+    out = io.BytesIO()
+    pal.save(out, format="PNG")
+    return out.getvalue()
+
+
+def _save(fig: Figure, out_dir: Path, name: str) -> None:
+    """Write `plots/<name>.png`."""
+    _write(_png(fig), out_dir, name)
+
+
+def _write(png: bytes, out_dir: Path, name: str) -> None:
+    folder = out_dir / "plots"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.png").write_bytes(png)
+
+
+def _feed(h: Any, value: object) -> None:
+    """Feed `value` to the hash `h`, unambiguously: every part tagged with its type and,
+    where it has parts, their number. Floats by `repr`, which is exact."""
+    if isinstance(value, np.ndarray):
+        h.update(f"a{value.dtype.str}{value.shape}:".encode())
+        h.update(np.ascontiguousarray(value).tobytes())
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = dataclasses.fields(value)
+        h.update(f"d{type(value).__name__}{len(fields)}:".encode())
+        for f in fields:
+            _feed(h, getattr(value, f.name))
+    elif isinstance(value, dict):
+        h.update(f"m{len(value)}:".encode())
+        for k, v in value.items():
+            _feed(h, k)
+            _feed(h, v)
+    elif isinstance(value, list | tuple):
+        h.update(f"l{len(value)}:".encode())
+        for v in value:
+            _feed(h, v)
+    elif value is None or isinstance(value, bool | int | float | str):
+        text = repr(value)
+        h.update(f"s{type(value).__name__}{len(text)}:{text}".encode())
+    else:
+        raise TypeError(f"no digest for {type(value).__name__}")
+
+
+def _digest(name: str, data: object) -> bytes:
+    h = hashlib.blake2b(digest_size=32)
+    _feed(h, (name, DPI, CONSTRAINED_LAYOUT, data))
+    return h.digest()
+
+
+class _Drawn:
+    """The plots this process drew last, by what they show: at most `max_bytes` of PNG.
+
+    A plot is a pure function of the data it is drawn from, and drawing is most of what
+    building the evidence costs. The same runs are drawn again whenever their evidence is
+    built again (a publish retried after GitHub failed, the check run written again, a
+    second look at the same bundles) and, above all, in the App's tests, which publish
+    the same few bundles hundreds of times. The key is a digest of everything a drawing
+    reads, so a hit is the PNG that drawing would have written, byte for byte.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._pngs: OrderedDict[bytes, bytes] = OrderedDict()
+        self._size = 0
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: bytes) -> bytes | None:
+        with self._lock:
+            png = self._pngs.get(key)
+            if png is None:
+                self.misses += 1
+                return None
+            self._pngs.move_to_end(key)
+            self.hits += 1
+            return png
+
+    def put(self, key: bytes, png: bytes) -> None:
+        with self._lock:
+            if key in self._pngs or len(png) > self.max_bytes:
+                return
+            self._pngs[key] = png
+            self._size += len(png)
+            while self._size > self.max_bytes:
+                _, old = self._pngs.popitem(last=False)
+                self._size -= len(old)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._pngs.clear()
+            self._size = 0
+            self.hits = self.misses = 0
+
+
+DRAWN = _Drawn(max_bytes=16 * 1024 * 1024)
 
 
 def make_plots(
@@ -769,25 +883,47 @@ def make_plots(
     public_url: str | None,
 ) -> list[Plot]:
     """Write the plots that have data into `out_dir/plots` and describe them."""
-    specs: list[tuple[str, str, Callable[[], Figure | None]]] = [
-        ("rounds", "Throughput per round, in execution order", lambda: draw_rounds(ev)),
-        ("latency", "Latency distribution, base vs head", lambda: draw_latency(sources)),
-        ("ttfa", "Time to first audio, base vs head (streaming)", lambda: draw_ttfa(sources)),
-        ("deltas", "Change per configuration with 95% intervals", lambda: draw_deltas(ev)),
+    specs: list[tuple[str, str, object, Callable[[Any], Figure | None]]] = [
+        ("rounds", "Throughput per round, in execution order", rounds_series(ev), _draw_rounds),
+        (
+            "latency",
+            "Latency distribution, base vs head",
+            distribution_panels(sources, "latency_s"),
+            functools.partial(_draw_distributions, xlabel="latency (s)"),
+        ),
+        (
+            "ttfa",
+            "Time to first audio, base vs head (streaming)",
+            distribution_panels(sources, "audio_ttfp_s", streaming_only=True),
+            functools.partial(_draw_distributions, xlabel="time to first audio (s)"),
+        ),
+        (
+            "deltas",
+            "Change per configuration with 95% intervals",
+            (delta_rows(ev), ev.threshold_pct),
+            _draw_deltas,
+        ),
         (
             "trajectory",
             "How the candidate was found: harness search",
-            lambda: draw_trajectory(candidate),
+            _trajectory_data(candidate),
+            _draw_trajectory,
         ),
     ]
     plots: list[Plot] = []
-    for name, title, draw in specs:
-        fig = draw()
-        if fig is None:
+    for name, title, data, draw in specs:
+        key = _digest(name, data)
+        png = DRAWN.get(key)
+        if png is None:
+            fig = draw(data)
+            if fig is not None:
+                png = _png(fig)
+                DRAWN.put(key, png)
+        if png is None:
             # An earlier build's plot in a reused DIR would read as this study's.
             (out_dir / "plots" / f"{name}.png").unlink(missing_ok=True)
             continue
-        _save(fig, out_dir, name)
+        _write(png, out_dir, name)
         plots.append(
             Plot(name=name, title=title, path=f"plots/{name}.png", url=plot_url(public_url, name))
         )

@@ -13,6 +13,7 @@ import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from evidence import plots as plotting
 from evidence.build import Inputs, build
 from evidence.load import Source, load
 from evidence.model import (
@@ -141,6 +142,123 @@ def test_per_run_only_source_has_no_distributions(study: Study, tmp_path: Path) 
     assert distribution_panels([per_run], "latency_s") == []
     names = [p.name for p in make_plots(ev, [per_run], None, tmp_path, None)]
     assert names == ["rounds", "deltas"]
+
+
+# ------------------------------------------------------------- plots drawn once
+
+
+def _written(folder: Path) -> dict[str, bytes]:
+    return {f.stem: f.read_bytes() for f in sorted((folder / "plots").iterdir())}
+
+
+def test_the_same_data_is_written_again_byte_for_byte_without_drawing(
+    study: Study, evolve_state: EvolveState, tmp_path: Path
+) -> None:
+    ev, sources = study
+    cand = _candidate(evolve_state)
+    plotting.DRAWN.clear()
+    make_plots(ev, sources, cand, tmp_path / "first", PUBLIC_URL)
+    assert (plotting.DRAWN.hits, plotting.DRAWN.misses) == (0, 5)
+    make_plots(ev, sources, cand, tmp_path / "again", PUBLIC_URL)
+    assert (plotting.DRAWN.hits, plotting.DRAWN.misses) == (5, 5)
+    plotting.DRAWN.clear()  # and what a fresh drawing writes is what the cache wrote
+    make_plots(ev, sources, cand, tmp_path / "fresh", PUBLIC_URL)
+    assert plotting.DRAWN.misses == 5
+    first, again = _written(tmp_path / "first"), _written(tmp_path / "again")
+    assert len(first) == 5
+    assert first == again == _written(tmp_path / "fresh")
+
+
+def test_any_drawn_value_changed_draws_that_plot_again(study: Study, tmp_path: Path) -> None:
+    ev, sources = study
+    cand = _candidate(ARTICLE)
+    plotting.DRAWN.clear()
+    make_plots(ev, sources, cand, tmp_path / "before", None)
+    before = _written(tmp_path / "before")
+    r0 = ev.rounds[0]
+    assert r0.throughput_qps is not None
+
+    def rounds(factor: float) -> Evidence:
+        qps = r0.model_copy(update={"throughput_qps": r0.throughput_qps * factor})
+        return ev.model_copy(update={"rounds": [qps, *ev.rounds[1:]]})
+
+    changed = {
+        "rounds": (rounds(1.5), sources, cand),
+        "deltas": (ev.model_copy(update={"threshold_pct": ev.threshold_pct + 1}), sources, cand),
+        "trajectory": (
+            ev,
+            sources,
+            cand.model_copy(update={"harness": Harness(run_id="run-2", trajectory=ARTICLE)}),
+        ),
+        "latency": (ev, [_nudged(sources[0], "latency_s"), *sources[1:]], cand),
+        "ttfa": (ev, [_nudged(sources[0], "audio_ttfp_s"), *sources[1:]], cand),
+    }
+    for name, (e, srcs, c) in changed.items():
+        misses = plotting.DRAWN.misses
+        make_plots(e, srcs, c, tmp_path / name, None)
+        assert plotting.DRAWN.misses == misses + 1, name  # that plot, and only that one
+        after = _written(tmp_path / name)
+        assert {k for k in after if after[k] != before[k]} == {name}
+    # A change too small to see is still a change: drawn, not taken from the cache.
+    misses = plotting.DRAWN.misses
+    make_plots(rounds(1 + 1e-12), sources, cand, tmp_path / "tiny", None)
+    assert plotting.DRAWN.misses == misses + 1
+
+
+def _nudged(src: Source, column: str) -> Source:
+    """`src` with the first successful request's `column` of its first run a hair longer."""
+    runs = list(src.runs)
+    for i, lr in enumerate(runs):
+        rec = lr.records
+        if rec is None or lr.run.status != "ok" or column not in rec.cols:
+            continue
+        if lr.run.mode != "streaming" or not rec.success.any():
+            continue
+        col = rec.cols[column].copy()
+        first = int(np.flatnonzero(rec.success)[0])
+        col[first] *= 1.5
+        cols = {**rec.cols, column: col}
+        runs[i] = dataclasses.replace(lr, records=dataclasses.replace(rec, cols=cols))
+        return dataclasses.replace(src, runs=runs)
+    raise AssertionError(f"no run with {column}")
+
+
+def test_the_drawn_plots_are_bounded_by_size_oldest_first() -> None:
+    drawn = plotting._Drawn(max_bytes=10)
+    drawn.put(b"a", b"1234")
+    drawn.put(b"b", b"1234")
+    assert drawn.get(b"a") == b"1234"  # a is now the most recently used
+    drawn.put(b"c", b"1234")
+    assert drawn.get(b"b") is None
+    assert drawn.get(b"a") == drawn.get(b"c") == b"1234"
+    drawn.put(b"huge", b"x" * 11)  # larger than the bound: never kept
+    assert drawn.get(b"huge") is None
+
+
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [
+        ([1, 2], [[1], 2]),
+        ("1", 1),
+        (0.0, -0.0),
+        (1, True),
+        ({"a": 1}, [("a", 1)]),
+        (("ab", "c"), ("a", "bc")),
+    ],
+)
+def test_the_key_tells_apart_what_draws_differently(one: object, other: object) -> None:
+    assert plotting._digest("p", one) != plotting._digest("p", other)
+    assert plotting._digest("p", one) == plotting._digest("p", one)
+    with pytest.raises(TypeError):
+        plotting._digest("p", object())
+
+
+def test_the_key_tells_apart_arrays_by_shape_and_type() -> None:
+    flat, column = np.array([1.0, 2.0]), np.array([[1.0], [2.0]])
+    assert plotting._digest("p", flat) != plotting._digest("p", column)
+    wide, narrow = np.array([1, 2], dtype=np.int64), np.array([1, 2], dtype=np.int32)
+    assert plotting._digest("p", wide) != plotting._digest("p", narrow)
+    assert plotting._digest("p", flat) == plotting._digest("p", flat.copy())
 
 
 def _apart(fig: Figure | None) -> Figure:
