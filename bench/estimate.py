@@ -117,6 +117,12 @@ def report(paths: list[Path]) -> list[str]:
         m = _manifest(path)
         src = load(path)
         cost = cost_of(src).model_dump()
+        # what the App adds to a recorded cost (bot/estimate.py `units`)
+        cost.update(
+            base_sha=src.manifest.base.sha,
+            head_sha=src.manifest.head.sha,
+            stopped=(m.get("adaptive") or {}).get("stopped"),
+        )
         task, gpu = str(m.get("task")), str(m.get("gpu"))
         b = m.get("benchmark") or {}
         adaptive = b.get("rounds") == "auto"
@@ -131,7 +137,15 @@ def report(paths: list[Path]) -> list[str]:
         if earlier:
             u = estimate._unit(gpu, earlier, design=cost["design"])
             est = estimate.estimate(
-                {gpu: u}, [gpu], rounds=rounds, modes=modes, adaptive=adaptive, cap=cap
+                {gpu: u},
+                [gpu],
+                rounds=rounds,
+                modes=modes,
+                adaptive=adaptive,
+                cap=cap,
+                base_sha=cost["base_sha"],
+                head_sha=cost["head_sha"],
+                control=bool(m.get("control")),  # the plan's, as the App reads it
             )
         if est is None or actual <= 0:
             said, err = "(no earlier run)", ""

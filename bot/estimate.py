@@ -6,7 +6,7 @@ the GPU seconds a run or burst took besides, how many starts the design made, an
 many rounds runs until decided took. The plan says the rest: rows (modes × the task's
 concurrencies), rounds (fixed, or at most `rounds` when adaptive) and the budget cap.
 
-    minutes(n) = (starts(n) × start-up + 2 × n × rows × run) / 60
+    minutes(n) = (starts(n) × start-up + 2 × n × rows × (1 + control) × run) / 60
 
 `starts(n)` is what the design makes: a resident design's few starts (2, 3 with the null
 control, 4 on two GPUs) whatever n; sequential rounds 2 × n, times the rows when the
@@ -14,8 +14,10 @@ server's command changes with the row (as recorded). With fixed rounds the range
 spread of the recorded unit costs, at least ±25%; with rounds until decided it runs from
 the first look (2 rounds a side) to the cap (`rounds`, and the budget's minutes), and
 `typical` is at the median rounds earlier rounds until decided stopped at (halfway when
-none did). No estimate without a recorded run of the task: the first verification
-records one.
+none did, or past where one stopped undecided). `run` is the mean of the two commits'
+own seconds a run where either was measured before (a PR's base mostly was), else the
+task's median; `control` the null control's runs per real run in the latest record. No
+estimate without a recorded run of the task: the first verification records one.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from statistics import median
+from dataclasses import asdict, dataclass, field, replace
+from statistics import fmean, median
 from typing import Any
 
 from sqlalchemy import select
@@ -54,6 +56,14 @@ class Unit:
     rounds: float | None  # median rounds a side until decided (None: none recorded)
     samples: int
     gpu: str  # the GPU kind the figures were recorded on
+    # Seconds a run of a commit measured before (by SHA, its latest record): a PR's base
+    # is mostly the same commit at every verification, and its head the previous head's
+    # near neighbour; the task's median (`run_s`) is the figure for a commit never seen.
+    by_commit: dict[str, float] = field(default_factory=dict)
+    control_share: float = 0.0  # null-control runs per real run (the latest record's)
+    # Rounds until decided that were stopped before deciding (a budget, the wall-clock
+    # limit) say only that deciding would have taken at least this many rounds a side.
+    rounds_at_least: float | None = None
 
 
 @dataclass(frozen=True)
@@ -131,7 +141,8 @@ def units(s: Session, repo: str, task: str) -> dict[str, Unit]:
         for gpu, h in (v.headline or {}).items():
             c = (h or {}).get("cost") if isinstance(h, dict) else None
             if isinstance(c, dict) and _usable(c):
-                costs.setdefault(str(gpu), []).append(c)
+                seen = {"base_sha": v.base_sha, "head_sha": v.head_sha, "stopped": h.get("stopped")}
+                costs.setdefault(str(gpu), []).append({**c, **seen})
     return {gpu: _unit(gpu, cs) for gpu, cs in costs.items()}
 
 
@@ -177,6 +188,8 @@ def _unit(gpu: str, cs: list[dict[str, Any]], design: str | None = None) -> Unit
     per_round = [
         float(c.get("starts") or 0) / (2.0 * float(c["rounds"])) for c in same if c["rounds"]
     ]
+    decided = [c for c in same if c.get("adaptive") is True and c.get("stopped") not in CENSORED]
+    censored = [c for c in same if c.get("adaptive") is True and c.get("stopped") in CENSORED]
     return Unit(
         design=str(latest.get("design") or "sequential"),
         startup_s=median(startup),
@@ -186,10 +199,42 @@ def _unit(gpu: str, cs: list[dict[str, Any]], design: str | None = None) -> Unit
         starts_fixed=median(starts),
         starts_per_round=max(1.0, median(per_round)) if per_round else 1.0,
         rows_per_mode=float(latest["rows"]) / float(latest["modes"]),
-        rounds=_rounds([c for c in same if c.get("adaptive") is True]),
+        rounds=_rounds(decided),
         samples=len(same),
         gpu=gpu,
+        by_commit=_by_commit(same),
+        control_share=_control_share(latest),
+        rounds_at_least=_rounds(censored),
     )
+
+
+# Why rounds until decided stopped without deciding: the rounds they ran are a floor.
+CENSORED = ("budget", "cut-short")
+
+
+def _seconds(x: Any) -> float | None:
+    if isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x):
+        return float(x) if 0.0 <= x <= BOUNDS["run_s"][1] else None
+    return None
+
+
+def _by_commit(cs: list[dict[str, Any]]) -> dict[str, float]:
+    """Seconds a run of each commit took, from its latest record (`cs` latest first)."""
+    out: dict[str, float] = {}
+    for c in cs:
+        for side in ("base", "head"):
+            sha, x = c.get(f"{side}_sha"), _seconds(c.get(f"{side}_run_s"))
+            if isinstance(sha, str) and sha and x is not None:
+                out.setdefault(sha, x)
+    return out
+
+
+def _control_share(c: dict[str, Any]) -> float:
+    """Null-control runs per real run in record `c` (a repository keeps its control)."""
+    ctl, runs = c.get("control_runs"), c.get("runs")
+    if not isinstance(ctl, int) or isinstance(ctl, bool) or not isinstance(runs, int | float):
+        return 0.0
+    return min(max(ctl / runs, 0.0), 4.0) if runs and ctl > 0 else 0.0
 
 
 def _rounds(cs: list[dict[str, Any]]) -> float | None:
@@ -203,7 +248,8 @@ def _rounds(cs: list[dict[str, Any]]) -> float | None:
 def minutes(u: Unit, rounds: float, modes: int, startup_s: float, run_s: float) -> float:
     rows = u.rows_per_mode * modes
     starts = 2.0 * rounds * u.starts_per_round if u.design == "sequential" else u.starts_fixed
-    return (starts * startup_s + 2.0 * rounds * rows * run_s) / 60.0
+    runs = 2.0 * rounds * rows * (1.0 + u.control_share)
+    return (starts * startup_s + runs * run_s) / 60.0
 
 
 def estimate(
@@ -214,27 +260,37 @@ def estimate(
     modes: int,
     adaptive: bool,
     cap: float | None,
+    base_sha: str | None = None,
+    head_sha: str | None = None,
+    control: bool | None = None,
 ) -> Estimate | None:
     """The plan's GPU minutes per GPU kind, or None when no GPU kind of it (nor any other
     of the task) has a recorded run. A GPU kind without records of its own uses another
-    kind's, and says so in `basis`."""
+    kind's, and says so in `basis`. A commit measured before (`base_sha`, `head_sha`)
+    runs as long as it did then; the other as the task's median. `control`: the plan has
+    a null control (None: as the latest record had)."""
     if not recorded:
         return None
     out: dict[str, GpuEstimate] = {}
     for gpu in gpus:
-        u = recorded.get(gpu) or next(iter(recorded.values()))
+        u = _with_control(recorded.get(gpu) or next(iter(recorded.values())), control)
         lo_s, hi_s = u.startup_s_range
-        lo_r, hi_r = u.run_s_range
+        shas = [sha for sha in (base_sha, head_sha) if sha]
+        run_s = fmean(u.by_commit.get(sha, u.run_s) for sha in shas) if shas else u.run_s
+        lo_r, hi_r = min(u.run_s_range[0], run_s), max(u.run_s_range[1], run_s)
         if adaptive:
             first = min(FIRST_LOOK, rounds)
-            # where rounds until decided stopped before; with no record, halfway
+            # where rounds until decided stopped before; with no record, halfway, or past
+            # where a verification stopped before it decided
             likely = u.rounds if u.rounds is not None else (first + rounds) / 2.0
+            if u.rounds is None and u.rounds_at_least is not None:
+                likely = max(likely, u.rounds_at_least)
             low = minutes(u, first, modes, lo_s, lo_r)
-            typical = minutes(u, min(max(likely, first), rounds), modes, u.startup_s, u.run_s)
+            typical = minutes(u, min(max(likely, first), rounds), modes, u.startup_s, run_s)
             high = minutes(u, rounds, modes, hi_s, hi_r)
         else:
             # the recorded spread, and at least ±SPREAD: a few records show little of it
-            typical = minutes(u, rounds, modes, u.startup_s, u.run_s)
+            typical = minutes(u, rounds, modes, u.startup_s, run_s)
             low = min(minutes(u, rounds, modes, lo_s, lo_r), typical / SPREAD)
             high = max(minutes(u, rounds, modes, hi_s, hi_r), typical * SPREAD)
         capped = adaptive and cap is not None and high > cap
@@ -250,11 +306,22 @@ def estimate(
     return Estimate(out)
 
 
-def for_verification(s: Session, v: Verification) -> Estimate | None:
+def _with_control(u: Unit, control: bool | None) -> Unit:
+    """`u` for a plan with (True) or without (False) a null control. The control runs as
+    many bursts as the real pairs (as recorded, else one a real one) from a start of its
+    own, which a resident design's recorded starts hold only where the records had one."""
+    if control is None or control == (u.control_share > 0):
+        return u
+    if control:
+        return replace(u, control_share=1.0, starts_fixed=u.starts_fixed + 1)
+    return replace(u, control_share=0.0, starts_fixed=max(u.starts_fixed - 1, 2.0))
+
+
+def for_verification(s: Session, v: Verification, control: bool | None = None) -> Estimate | None:
     """The estimate of `v`'s plan from its repository's records of its task; None, and a
     log line, if anything about it fails (an estimate never stops a verification)."""
     try:
-        est = _for(s, v)
+        est = _for(s, v, control)
     except (ArithmeticError, ValueError, TypeError):
         log.exception("%s: no GPU-minute estimate for %s", v.repo, v.task)
         return None
@@ -263,7 +330,7 @@ def for_verification(s: Session, v: Verification) -> Estimate | None:
     return est
 
 
-def _for(s: Session, v: Verification) -> Estimate | None:
+def _for(s: Session, v: Verification, control: bool | None) -> Estimate | None:
     return estimate(
         units(s, v.repo, v.task),
         list(v.gpus or []),
@@ -271,6 +338,9 @@ def _for(s: Session, v: Verification) -> Estimate | None:
         modes=len(v.modes or []) or 1,
         adaptive=bool(v.adaptive),
         cap=v.gpu_budget_minutes,
+        base_sha=v.base_sha,
+        head_sha=v.head_sha,
+        control=control,
     )
 
 

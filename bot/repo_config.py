@@ -353,6 +353,7 @@ class Plan:
     modes: list[str]
     adaptive: bool = False
     gpu_minutes: float | None = None
+    control: bool = False  # a null control's runs beside the real ones (`control: aa`)
 
 
 class RepoConfig(BaseModel):
@@ -511,8 +512,11 @@ class RepoConfig(BaseModel):
                 modes=modes,
                 adaptive=True,
                 gpu_minutes=self.budget.gpu_minutes,
+                control=self.control != "none",
             )
-        return Plan(gpus=[str(g) for g in chosen], rounds=n, modes=modes)
+        return Plan(
+            gpus=[str(g) for g in chosen], rounds=n, modes=modes, control=self.control != "none"
+        )
 
     def plan_like(self, gpus: Sequence[str] | None) -> Plan:
         """The plan for a re-verification that keeps the earlier GPUs where this config

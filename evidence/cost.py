@@ -19,22 +19,39 @@ def cost_of(src: Source) -> Cost:
     m = src.manifest
     design = m.measured_by
     ran = [r for r in m.runs if r.status != "skipped"]
+    control = [r for r in (src.control.runs if src.control else []) if r.status != "skipped"]
+    # (side, seconds) of every server start: the design's resident servers, else a start
+    # a run (its record's, else its server.json's: older runners)
+    started: list[tuple[str, float | None]]
     if design.servers:
-        startups = [s.startup_s for recs in design.servers.values() for s in recs]
-        starts = sum(len(recs) for recs in design.servers.values())
-    else:  # a start a run: its record's, else its server.json's (older runners)
-        startups = [
-            _num((lr.run.model_extra or {}).get("startup_s", lr.metrics.get("startup_s")))
+        started = [(side, s.startup_s) for side, recs in design.servers.items() for s in recs]
+    else:
+        started = [
+            (
+                lr.run.side,
+                _num((lr.run.model_extra or {}).get("startup_s", lr.metrics.get("startup_s"))),
+            )
             for lr in src.runs
             if lr.run.status != "skipped"
         ]
-        starts = sum(1 for x in startups if x is not None)
-    known = [x for x in startups if x is not None]
+        started = [(side, x) for side, x in started if x is not None]
+    starts = len(started)
+    known = [x for _, x in started if x is not None]
     startup = fmean(known) if known else None
-    total = m.gpu_minutes.total if m.gpu_minutes is not None else None
+    gm = m.gpu_minutes
+    total = gm.total if gm is not None else None
     run_s = None
     if total is not None and ran:
-        run_s = max(0.0, (60.0 * total - starts * (startup or 0.0)) / len(ran))
+        run_s = max(0.0, (60.0 * total - starts * (startup or 0.0)) / (len(ran) + len(control)))
+
+    def side_run_s(side: str) -> float | None:
+        minutes = getattr(gm, side, None) if gm is not None else None
+        n = sum(1 for r in ran if r.side == side)
+        if not isinstance(minutes, int | float) or not n:
+            return None
+        own = sum((x if x is not None else startup or 0.0) for s, x in started if s == side)
+        return round(max(0.0, (60.0 * minutes - own) / n), 3)
+
     return Cost(
         design=design.name,
         starts=starts,
@@ -46,6 +63,9 @@ def cost_of(src: Source) -> Cost:
         gpu_minutes=total,
         run_s=None if run_s is None else round(run_s, 3),
         adaptive=m.adaptive is not None,
+        control_runs=len(control),
+        base_run_s=side_run_s("base"),
+        head_run_s=side_run_s("head"),
     )
 
 

@@ -677,6 +677,11 @@ class Cost(BaseModel):
     gpu_minutes: float | None = Field(default=None, ge=0)  # both sides, start-ups included
     run_s: float | None = Field(default=None, ge=0)  # GPU seconds a run, start-ups aside
     adaptive: bool = False  # rounds until decided (`rounds` is then where they stopped)
+    control_runs: int = Field(default=0, ge=0)  # runs of the null control, beside `runs`
+    # GPU seconds a run of each side's commit, its own start-ups aside: the estimate of a
+    # later verification of the same commit starts from them.
+    base_run_s: float | None = Field(default=None, ge=0)
+    head_run_s: float | None = Field(default=None, ge=0)
 
 
 class GpuResult(BaseModel):

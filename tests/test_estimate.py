@@ -85,6 +85,107 @@ def test_a_gpu_kind_without_records_borrows_another_s_and_says_so() -> None:
     assert estimate.estimate({}, ["H100"], rounds=5, modes=1, adaptive=False, cap=None) is None
 
 
+def _record(**kw: object) -> dict[str, object]:
+    """A recorded cost as `units` hands it on: the cost and its verification's commits."""
+    c: dict[str, object] = {
+        "design": "alternate",
+        "starts": 2,
+        "startup_s": 60.0,
+        "rows": 1,
+        "modes": 1,
+        "rounds": 4,
+        "runs": 8,
+        "run_s": 30.0,
+        "adaptive": False,
+        "base_sha": "b" * 40,
+        "head_sha": "h" * 40,
+        "stopped": None,
+    }
+    c.update(kw)
+    return c
+
+
+def test_a_commit_measured_before_runs_as_long_as_it_did() -> None:
+    records = [  # latest first: main's commit `m` measured at 10 s a run, as head then base
+        _record(base_sha="m", base_run_s=10.0, head_sha="x", head_run_s=50.0),
+        _record(base_sha="o", base_run_s=30.0, head_sha="m", head_run_s=14.0),
+        _record(base_sha="p", base_run_s=30.0, head_sha="q", head_run_s=30.0),
+    ]
+    u = estimate._unit("H100", records)
+    assert u.by_commit == {"m": 10.0, "x": 50.0, "o": 30.0, "p": 30.0, "q": 30.0}
+    assert u.run_s == 30.0  # the task's median a run
+
+    def typical(base: str | None, head: str | None) -> float:
+        got = estimate.estimate(
+            {"H100": u}, ["H100"], rounds=5, modes=1, adaptive=False, cap=None,
+            base_sha=base, head_sha=head,
+        )  # fmt: skip
+        assert got is not None
+        return got.gpus["H100"].typical
+
+    # 2 starts of 60 s and 10 runs: the base's own 10 s, a new head the task's 30 s
+    assert typical("m", "new") == pytest.approx((2 * 60 + 5 * 10 + 5 * 30) / 60, abs=0.01)
+    assert typical("m", "x") == pytest.approx((2 * 60 + 5 * 10 + 5 * 50) / 60, abs=0.01)
+    assert typical("new", "newer") == typical(None, None)
+    assert typical(None, None) == pytest.approx((2 * 60 + 10 * 30) / 60, abs=0.01)
+
+
+def test_a_null_control_adds_its_runs_and_its_start() -> None:
+    plain = estimate._unit("H100", [_record()])
+    with_ctl = estimate._unit("H100", [_record(starts=3, control_runs=8)])
+    assert (plain.control_share, with_ctl.control_share) == (0.0, 1.0)
+
+    def typical(u: Unit, control: bool | None) -> float:
+        got = estimate.estimate(
+            {"H100": u}, ["H100"], rounds=4, modes=1, adaptive=False, cap=None, control=control
+        )
+        assert got is not None
+        return got.gpus["H100"].typical
+
+    bare = (2 * 60 + 8 * 30) / 60  # 6 min
+    ctl = (3 * 60 + 16 * 30) / 60  # 11 min: the control's start and as many runs again
+    assert typical(plain, None) == typical(plain, False) == pytest.approx(bare)
+    assert typical(plain, True) == pytest.approx(ctl)  # recorded without, planned with
+    assert typical(with_ctl, None) == typical(with_ctl, True) == pytest.approx(ctl)
+    assert typical(with_ctl, False) == pytest.approx(bare)
+
+
+def test_rounds_stopped_before_deciding_are_a_floor_not_where_deciding_stops() -> None:
+    cut = _record(adaptive=True, runs=24, stopped="cut-short")  # 12 rounds a side, undecided
+    decided = _record(adaptive=True, runs=6, stopped="decided")  # 3 rounds a side
+    assert estimate._unit("H100", [cut, decided]).rounds == 3.0
+    only_cut = estimate._unit("H100", [cut])
+    assert (only_cut.rounds, only_cut.rounds_at_least) == (None, 12.0)
+
+    def rounds_of(u: Unit) -> float:
+        got = estimate.estimate({"H100": u}, ["H100"], rounds=20, modes=1, adaptive=True, cap=None)
+        assert got is not None
+        return (60 * got.gpus["H100"].typical - 2 * 60) / (2 * 30)
+
+    assert rounds_of(only_cut) == pytest.approx(12.0, abs=0.01)  # past halfway (11)
+    short = estimate._unit("H100", [_record(adaptive=True, runs=8, stopped="budget")])
+    assert rounds_of(short) == pytest.approx(11.0, abs=0.01)  # 4 is below halfway
+
+
+def test_the_cost_of_a_bundle_with_a_null_control_counts_its_runs() -> None:
+    from evidence.cost import cost_of
+    from evidence.load import load
+
+    fixtures = Path(__file__).parent / "fixtures" / "h200-reference"
+    c = cost_of(load(fixtures / "rsi-bundle-v-alt-aagctl-h200.zip"))
+    assert (c.starts, c.runs, c.control_runs) == (3, 28, 28)
+    # 1.3834 GPU min, 3 starts of ~11.2 s, 56 bursts: ~0.88 s a burst (not 1.77 as if
+    # the control's bursts were the real ones')
+    assert c.run_s == pytest.approx(0.884, abs=0.01)
+    assert c.base_run_s == pytest.approx(0.884, abs=0.01)
+    assert c.head_run_s == pytest.approx(0.923, abs=0.01)
+    plain = cost_of(load(fixtures / "rsi-bundle-v-alt-graph-h200.zip"))
+    assert plain.control_runs == 0
+    assert plain.base_run_s is not None
+    assert plain.head_run_s is not None
+    assert plain.base_run_s > 4 * plain.head_run_s  # eager base, CUDA-graph head
+
+
 @pytest.mark.parametrize(
     "cost",
     [

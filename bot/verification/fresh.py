@@ -66,6 +66,7 @@ def verification(
             rounds=plan.rounds,
             adaptive=plan.adaptive,
             gpu_minutes=plan.gpu_minutes,
+            control=plan.control,
             modes=modes,
             candidate=candidate,
             trigger=trigger,

@@ -376,7 +376,9 @@ def verify_head(
         decided = M.plan_head(active, wanted)
         if decided.join is None:
             asked = _next_of(prev, pr, wanted, trigger, requested_by, review_round)
-            new = store.create(s, replace(asked, gpus=plan.gpus, modes=plan.modes))
+            new = store.create(
+                s, replace(asked, gpus=plan.gpus, modes=plan.modes, control=plan.control)
+            )
             if awaiting is not None:
                 store.first_step(s, new, M.AwaitApproval(head_sha, awaiting))
             new_id = new.id

@@ -71,6 +71,7 @@ class NewVerification:
     held: bool = False  # a head awaiting approval: see `first_step`
     watch: bool = False  # a merge to the default branch against its parent
     inquiry_id: int | None = None  # a step of the hunt for a regression's culprit
+    control: bool | None = None  # with a null control (None: not known; for the estimate)
 
 
 def create(s: Session, new: NewVerification) -> Verification:
@@ -102,7 +103,7 @@ def create(s: Session, new: NewVerification) -> Verification:
         state=M.State.QUEUED.value,
         version=0,
     )
-    est = estimate.for_verification(s, v)
+    est = estimate.for_verification(s, v, control=new.control)
     v.estimate = est.to_json() if est is not None else None
     s.add(v)
     s.flush()

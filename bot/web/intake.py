@@ -245,6 +245,7 @@ def candidates() -> tuple[Response, int]:
                     rounds=plan.rounds,
                     adaptive=plan.adaptive,
                     gpu_minutes=plan.gpu_minutes,
+                    control=plan.control,
                     modes=plan.modes,
                     candidate=cand.model_dump(mode="json"),
                     candidate_id=cand.candidate_id,
