@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -108,11 +109,32 @@ def _manifest(path: Path) -> dict[str, Any]:
     return dict(json.loads((path / "manifest.json").read_text()))
 
 
-def report(paths: list[Path]) -> list[str]:
+@dataclass(frozen=True)
+class Replayed:
+    """One bundle of a replay: its plan, what it spent, and what the App would have
+    estimated from the bundles before it (None: no earlier run of its task and GPU)."""
+
+    name: str
+    design: str
+    plan: str
+    actual: float
+    est: estimate.GpuEstimate | None
+
+    @property
+    def error_pct(self) -> float | None:
+        if self.est is None or self.actual <= 0:
+            return None
+        return 100.0 * (self.est.typical - self.actual) / self.actual
+
+    @property
+    def inside(self) -> bool:
+        return self.est is not None and self.est.low <= self.actual <= self.est.high
+
+
+def replay(paths: list[Path]) -> list[Replayed]:
+    """Each bundle estimated as the App would have, from the costs recorded before it."""
     history: list[tuple[str, str, dict[str, Any]]] = []  # (task, gpu, cost) oldest first
-    errors: list[float] = []
-    inside = 0
-    lines = [f"{'bundle':12} {'design':10} {'plan':28} {'actual':>7} {'estimate':>22} {'error':>7}"]
+    out: list[Replayed] = []
     for path in paths:
         m = _manifest(path)
         src = load(path)
@@ -136,7 +158,7 @@ def report(paths: list[Path]) -> list[str]:
         est = None
         if earlier:
             u = estimate._unit(gpu, earlier, design=cost["design"])
-            est = estimate.estimate(
+            got = estimate.estimate(
                 {gpu: u},
                 [gpu],
                 rounds=rounds,
@@ -147,19 +169,26 @@ def report(paths: list[Path]) -> list[str]:
                 head_sha=cost["head_sha"],
                 control=bool(m.get("control")),  # the plan's, as the App reads it
             )
-        if est is None or actual <= 0:
+            est = got.gpus[gpu] if got is not None else None
+        out.append(Replayed(path.name, str(cost["design"]), plan, actual, est))
+        history.append((task, gpu, cost))
+    return out
+
+
+def report(paths: list[Path]) -> list[str]:
+    lines = [f"{'bundle':12} {'design':10} {'plan':28} {'actual':>7} {'estimate':>22} {'error':>7}"]
+    rows = replay(paths)
+    for r in rows:
+        e = r.error_pct
+        if r.est is None or e is None:
             said, err = "(no earlier run)", ""
         else:
-            g = est.gpus[gpu]
-            e = 100.0 * (g.typical - actual) / actual
-            errors.append(abs(e))
-            inside += g.low <= actual <= g.high
-            said, err = f"{g.typical:6.2f} [{g.low:.2f}, {g.high:.2f}]", f"{e:+6.1f}%"
-        lines.append(
-            f"{path.name:12} {cost['design']:10} {plan:28} {actual:7.2f} {said:>22} {err:>7}"
-        )
-        history.append((task, gpu, cost))
+            said = f"{r.est.typical:6.2f} [{r.est.low:.2f}, {r.est.high:.2f}]"
+            err = f"{e:+6.1f}%"
+        lines.append(f"{r.name:12} {r.design:10} {r.plan:28} {r.actual:7.2f} {said:>22} {err:>7}")
+    errors = [abs(e) for r in rows if (e := r.error_pct) is not None]
     if errors:
+        inside = sum(r.inside for r in rows if r.error_pct is not None)
         lines.append(
             f"median |error| of `typical`: {statistics.median(errors):.1f}% over {len(errors)} "
             f"estimates (largest {max(errors):.1f}%); actual inside the range: {inside} "

@@ -7,6 +7,7 @@ ended before anything is dispatched.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -347,3 +348,41 @@ def test_the_words_survive_a_stored_estimate_of_any_shape(doc: dict[str, object]
     said = messages.reverify_queued("mia", v)
     assert "queued on H100, H200" in said
     assert "(from )" not in said
+
+
+# --- against what real verifications spent -----------------------------------------------
+
+FIXTURES = Path(__file__).parent / "fixtures"
+H200_SEQUENCE = [
+    FIXTURES / "h200-reference" / f"rsi-bundle-v-{n}-h200.zip"
+    for n in (
+        "alt-aa",
+        "alt-aag-swap",
+        "alt-plant-swap",
+        "alt-graph",
+        "alt-aag",
+        "alt-plant",
+        "seq-plant",
+        "alt-aagctl",
+    )
+]
+H100_SEQUENCE = [
+    FIXTURES / "h100-reference" / f"rsi-bundle-v-{n}-h100.zip"
+    for n in ("alt-aag", "alt-plant", "alt-aag-swap", "alt-plant-swap", "alt-graph", "seq-plant")
+]
+
+
+@pytest.mark.parametrize("paths", [H200_SEQUENCE, H100_SEQUENCE], ids=["h200", "h100"])
+def test_on_real_gpu_verifications_the_estimate_is_within_thirty_percent(
+    paths: list[Path],
+) -> None:
+    """The real verifications of the reference task, in the order run, each estimated as
+    the App would have from the ones before it (bench/estimate.py): the median error of
+    the likely figure within ±30%, and the actual inside the stated range nearly always."""
+    from bench.estimate import replay
+
+    rows = [r for r in replay(paths) if r.error_pct is not None]
+    assert len(rows) == len(paths) - 1
+    errors = sorted(abs(r.error_pct or 0.0) for r in rows)
+    assert statistics.median(errors) <= 30.0, errors
+    assert sum(r.inside for r in rows) >= len(rows) - 1
