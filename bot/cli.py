@@ -274,10 +274,9 @@ def db_upgrade() -> None:
 )
 def worker(workers: int, metrics_port: int | None) -> None:
     """Run the queue consumer (the Procfile's `worker:`)."""
-    from bot import observability, runtime
+    settings = _settings()  # a bad setting says so before the App is imported (2 s of it)
     from bot.db import schema_behind
 
-    settings = _settings()
     behind = schema_behind(settings.DATABASE_URL)
     if behind is not None:  # every job, and the minute's reconcile, would fail on it
         click.echo(
@@ -286,6 +285,8 @@ def worker(workers: int, metrics_port: int | None) -> None:
             err=True,
         )
         sys.exit(2)
+    from bot import observability, runtime
+
     observability.configure_logging(settings)
     observability.init_sentry(settings, "worker")
     rt = runtime.build(settings)
