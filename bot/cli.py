@@ -275,13 +275,13 @@ def db_upgrade() -> None:
 def worker(workers: int, metrics_port: int | None) -> None:
     """Run the queue consumer (the Procfile's `worker:`)."""
     settings = _settings()  # a bad setting says so before the App is imported (2 s of it)
-    from bot.db import schema_behind
+    from bot.db import next_step, schema_behind, shown
 
     behind = schema_behind(settings.DATABASE_URL)
     if behind is not None:  # every job, and the minute's reconcile, would fail on it
         click.echo(
-            f"rsi-bot cannot start: the database {settings.DATABASE_URL} is not ready: "
-            f"{behind}; run `rsi-bot db upgrade` first",
+            f"rsi-bot cannot start: the database {shown(settings.DATABASE_URL)} is not ready: "
+            f"{behind}; {next_step(behind)}",
             err=True,
         )
         sys.exit(2)
@@ -357,7 +357,7 @@ def serve(host: str, port: int, workers: int, web_workers: int) -> None:
     `/metrics` on the next port) runs beside it and is restarted if it dies.
     """
     from bot import observability, serving
-    from bot.db import upgrade
+    from bot.db import shown, upgrade
 
     settings = _settings()
     if port == settings.METRICS_PORT:
@@ -376,7 +376,7 @@ def serve(host: str, port: int, workers: int, web_workers: int) -> None:
             # Not the default's port: where this server really is. The web workers and
             # the queue worker start after this and read it from the environment.
             os.environ["PUBLIC_URL"] = settings.PUBLIC_URL = listening
-        click.echo(f"rsi-bot listening on {listening} (database {settings.DATABASE_URL})")
+        click.echo(f"rsi-bot listening on {listening} (database {shown(settings.DATABASE_URL)})")
         _warn_loopback(settings.PUBLIC_URL)
 
     serving.WebServer(
@@ -413,14 +413,14 @@ def _web_app() -> object:
 def reconcile(redeliver_since: int | None) -> None:
     """Re-queue lost work and time out silent runners now (the worker does it every minute)."""
     from bot import deliveries, runtime
-    from bot.db import schema_behind
+    from bot.db import next_step, schema_behind, shown
 
     settings = _settings()
     behind = schema_behind(settings.DATABASE_URL)
     if behind is not None:
         click.echo(
-            f"rsi-bot reconcile: the database {settings.DATABASE_URL} is not ready: {behind}; "
-            "run `rsi-bot db upgrade` first",
+            f"rsi-bot reconcile: the database {shown(settings.DATABASE_URL)} is not ready: "
+            f"{behind}; {next_step(behind)}",
             err=True,
         )
         sys.exit(2)

@@ -99,6 +99,16 @@ def _migrate(url: str, run: Callable[[Config], None]) -> None:
     engine.dispose()
 
 
+URL_UNUSABLE = "its URL cannot be used"
+
+
+def next_step(behind: str) -> str:
+    """What to do about `schema_behind`'s answer."""
+    if behind.startswith(URL_UNUSABLE):
+        return "set DATABASE_URL to sqlite:///PATH or postgresql+psycopg://USER@HOST/DB"
+    return "run `rsi-bot db upgrade` first"
+
+
 def schema_behind(url: str) -> str | None:
     """Why the database at `url` is not at the newest schema, or None when it is."""
     from alembic.runtime.migration import MigrationContext
@@ -106,7 +116,10 @@ def schema_behind(url: str) -> str | None:
     from sqlalchemy.exc import SQLAlchemyError
 
     newest = ScriptDirectory.from_config(alembic_config(url)).get_current_head()
-    engine = make_engine(url)
+    try:
+        engine = make_engine(url)  # a URL SQLAlchemy cannot read, or no driver for it
+    except SQLAlchemyError as exc:
+        return f"{URL_UNUSABLE} ({type(exc).__name__})"
     try:
         with engine.connect() as conn:
             current = MigrationContext.configure(conn).get_current_revision()
@@ -117,6 +130,18 @@ def schema_behind(url: str) -> str | None:
     if current == newest:
         return None
     return f"its schema is {current or 'not created'}, the newest is {newest}"
+
+
+def shown(url: str) -> str:
+    """`url` as the App prints it: the password masked (logs and terminals keep what
+    they are shown)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError):
+        return "(DATABASE_URL, unreadable)"
 
 
 class Database:

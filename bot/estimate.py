@@ -27,7 +27,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from statistics import fmean, median
-from typing import Any
+from typing import Any, TypeGuard
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -138,7 +138,9 @@ def units(s: Session, repo: str, task: str) -> dict[str, Unit]:
     )
     costs: dict[str, list[dict[str, Any]]] = {}
     for v in rows:
-        for gpu, h in (v.headline or {}).items():
+        if not isinstance(v.headline, dict):  # a damaged row: no record to read
+            continue
+        for gpu, h in v.headline.items():
             c = (h or {}).get("cost") if isinstance(h, dict) else None
             if isinstance(c, dict) and _usable(c):
                 seen = {"base_sha": v.base_sha, "head_sha": v.head_sha, "stopped": h.get("stopped")}
@@ -164,16 +166,10 @@ def _usable(c: Any) -> bool:
     older builds, or damaged, are left out rather than believed)."""
     if not isinstance(c, dict):
         return False
-    for key, (lo, hi) in BOUNDS.items():
-        x = c.get(key, 0 if key in ("starts", "runs") else None)
-        if not isinstance(x, int | float) or isinstance(x, bool):
-            return False
-        try:
-            if not (math.isfinite(x) and lo <= x <= hi):
-                return False
-        except OverflowError:  # an integer past any float
-            return False
-    return True
+    return all(
+        _within(c.get(key, 0 if key in ("starts", "runs") else None), lo, hi)
+        for key, (lo, hi) in BOUNDS.items()
+    )
 
 
 def _unit(gpu: str, cs: list[dict[str, Any]], design: str | None = None) -> Unit:
@@ -212,10 +208,18 @@ def _unit(gpu: str, cs: list[dict[str, Any]], design: str | None = None) -> Unit
 CENSORED = ("budget", "cut-short")
 
 
+def _within(x: object, lo: float, hi: float) -> TypeGuard[int | float]:
+    """`x` is a number (not a bool) from `lo` to `hi`; an integer past any float is not."""
+    if not isinstance(x, int | float) or isinstance(x, bool):
+        return False
+    try:
+        return math.isfinite(x) and lo <= x <= hi
+    except OverflowError:
+        return False
+
+
 def _seconds(x: Any) -> float | None:
-    if isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x):
-        return float(x) if 0.0 <= x <= BOUNDS["run_s"][1] else None
-    return None
+    return float(x) if _within(x, *BOUNDS["run_s"]) else None
 
 
 def _by_commit(cs: list[dict[str, Any]]) -> dict[str, float]:
@@ -232,9 +236,9 @@ def _by_commit(cs: list[dict[str, Any]]) -> dict[str, float]:
 def _control_share(c: dict[str, Any]) -> float:
     """Null-control runs per real run in record `c` (a repository keeps its control)."""
     ctl, runs = c.get("control_runs"), c.get("runs")
-    if not isinstance(ctl, int) or isinstance(ctl, bool) or not isinstance(runs, int | float):
+    if not _within(ctl, *BOUNDS["runs"]) or not _within(runs, 1.0, BOUNDS["runs"][1]):
         return 0.0
-    return min(max(ctl / runs, 0.0), 4.0) if runs and ctl > 0 else 0.0
+    return min(float(ctl) / float(runs), 4.0)
 
 
 def _rounds(cs: list[dict[str, Any]]) -> float | None:
@@ -325,7 +329,7 @@ def for_verification(s: Session, v: Verification, control: bool | None = None) -
     except (ArithmeticError, ValueError, TypeError):
         log.exception("%s: no GPU-minute estimate for %s", v.repo, v.task)
         return None
-    if est is not None and not all(math.isfinite(x) for x in (est.low, est.high)):
+    if est is not None and not all(math.isfinite(x) and x >= 0 for x in (est.low, est.high)):
         return None
     return est
 

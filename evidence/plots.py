@@ -546,7 +546,7 @@ def _draw_rounds(panels: dict[PanelKey, list[RoundPoint]]) -> Figure | None:
                 transform=ax.get_xaxis_transform(),
                 clip_on=False,
             )
-        ax.set_title(f"{gpu} {mode}", fontsize=TITLE_PT, loc="left")
+        ax.set_title(f"{gpu} {mode}", fontsize=TITLE_PT, loc="left", parse_math=False)
         ax.set_ylabel("req/s", fontsize=LABEL_PT)
         ax.tick_params(labelsize=TICK_PT)
         ax.grid(True, axis="y", alpha=0.3)
@@ -586,7 +586,10 @@ def _draw_distributions(panels: list[DistPanel], xlabel: str) -> Figure | None:
                 label=f"{side} (n={vals.size}, p50 {med:.3g} s)",
             )
         ax.set_title(
-            f"{panel.gpu} {panel.mode} c={panel.concurrency}", fontsize=TITLE_PT, loc="left"
+            f"{panel.gpu} {panel.mode} c={panel.concurrency}",
+            fontsize=TITLE_PT,
+            loc="left",
+            parse_math=False,
         )
         ax.set_xlabel(xlabel, fontsize=LABEL_PT)
         ax.set_ylabel("fraction of requests", fontsize=LABEL_PT)
@@ -634,7 +637,9 @@ def _draw_deltas(data: tuple[list[DeltaPoint], float]) -> Figure | None:
             ax.plot([r.delta_pct], [y], "s", mfc="none", mec="black", ms=10, mew=1)
     ax.set_yticks(range(n))
     ax.set_yticklabels(
-        [r.label + ("" if r.primary else " (guard)") for r in reversed(rows)], fontsize=TICK_PT
+        [r.label + ("" if r.primary else " (guard)") for r in reversed(rows)],
+        fontsize=TICK_PT,
+        parse_math=False,
     )
     ax.set_ylim(-0.7, n - 0.3)
     ax.set_xlabel("head vs base, % (95% interval)", fontsize=LABEL_PT)
@@ -731,6 +736,7 @@ def _draw_trajectory(data: tuple[list[TrajPoint], str | None]) -> Figure | None:
                     textcoords="offset points",
                     fontsize=7,
                     color=REJECT_COLOUR,
+                    parse_math=False,
                 )
             else:
                 ax.annotate(
@@ -741,11 +747,12 @@ def _draw_trajectory(data: tuple[list[TrajPoint], str | None]) -> Figure | None:
                     textcoords="offset points",
                     fontsize=7,
                     color=REJECT_COLOUR,
+                    parse_math=False,
                 )
     title = "harness search"
     if run_id:
         title += f" {run_id}"
-    ax.set_title(title, fontsize=TITLE_PT, loc="left")
+    ax.set_title(title, fontsize=TITLE_PT, loc="left", parse_math=False)
     ax.set_xlabel("hours since the search began", fontsize=LABEL_PT)
     ax.set_ylabel("reward", fontsize=LABEL_PT)
     ax.tick_params(labelsize=TICK_PT)
@@ -798,7 +805,7 @@ def _feed(h: Any, value: object) -> None:
     where it has parts, their number. Floats by `repr`, which is exact."""
     if isinstance(value, np.ndarray):
         h.update(f"a{value.dtype.str}{value.shape}:".encode())
-        h.update(np.ascontiguousarray(value).tobytes())
+        h.update(np.ascontiguousarray(value))  # its buffer, not a copy
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         fields = dataclasses.fields(value)
         h.update(f"d{type(value).__name__}{len(fields)}:".encode())
@@ -820,9 +827,20 @@ def _feed(h: Any, value: object) -> None:
         raise TypeError(f"no digest for {type(value).__name__}")
 
 
-def _digest(name: str, data: object) -> bytes:
+def _style() -> str:
+    """What drawing reads besides its data: matplotlib's version and settings (a style an
+    embedding sets) and this module's colours and sizes."""
+    constants: list[object] = [DPI, CONSTRAINED_LAYOUT, SIDE_COLOURS, VERDICT_COLOURS]
+    constants += [REJECT_COLOUR, TITLE_PT, LABEL_PT, TICK_PT, MIN_AXES_WIDTH]
+    constants += [MAX_ANNOTATED_REJECTS, MAX_ECDF_POINTS]
+    constants += [_TICK_IN, _LABELPAD_IN, _TITLEPAD_IN, _PAD_IN]
+    settings = sorted((k, repr(v)) for k, v in matplotlib.rcParams.items())
+    return repr((matplotlib.__version__, constants, settings))
+
+
+def _digest(name: str, data: object, style: str = "") -> bytes:
     h = hashlib.blake2b(digest_size=32)
-    _feed(h, (name, DPI, CONSTRAINED_LAYOUT, data))
+    _feed(h, (name, style or _style(), data))
     return h.digest()
 
 
@@ -911,8 +929,9 @@ def make_plots(
         ),
     ]
     plots: list[Plot] = []
+    style = _style()
     for name, title, data, draw in specs:
-        key = _digest(name, data)
+        key = _digest(name, data, style)
         png = DRAWN.get(key)
         if png is None:
             fig = draw(data)

@@ -246,6 +246,31 @@ def test_a_worker_on_a_database_never_upgraded_says_so_and_exits_2(tmp_path: Pat
     assert "Consumer exiting" in err, err[-3000:]
 
 
+@pytest.mark.parametrize(
+    ("url", "shown", "step"),
+    [
+        ("notaurl", "(DATABASE_URL, unreadable)", "set DATABASE_URL to sqlite:///PATH or "),
+        ("foo://x/y", "foo://x/y", "set DATABASE_URL to sqlite:///PATH or "),
+        (
+            "postgresql+psycopg://rsi:s3cret@127.0.0.1:9/db",
+            "postgresql+psycopg://rsi:***@",
+            "run `rsi-bot db upgrade` first",
+        ),
+    ],
+)
+def test_a_worker_on_a_database_it_cannot_use_says_so_in_one_line_without_its_password(
+    tmp_path: Path, url: str, shown: str, step: str
+) -> None:
+    """Before: an unreadable URL, or one without a driver, was a 30-line traceback and exit
+    1; a database that could not be opened was named with its password."""
+    proc = run([*CLI, "worker"], env(tmp_path, PYTHONPATH=str(ROOT), DATABASE_URL=url), tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith(f"rsi-bot cannot start: the database {shown}"), line
+    assert "s3cret" not in line
+    assert step in line
+
+
 def newest_revision() -> str:
     from alembic.script import ScriptDirectory
 

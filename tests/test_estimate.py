@@ -10,6 +10,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -386,3 +388,68 @@ def test_on_real_gpu_verifications_the_estimate_is_within_thirty_percent(
     errors = sorted(abs(r.error_pct or 0.0) for r in rows)
     assert statistics.median(errors) <= 30.0, errors
     assert sum(r.inside for r in rows) >= len(rows) - 1
+
+
+# --- damaged records (one never takes the estimate, and the budget check, away) ----------
+
+
+class _Rows:
+    """What `estimate.units` reads of a session: the task's published verifications."""
+
+    def __init__(self, rows: list[Any]) -> None:
+        self.rows = rows
+
+    def scalars(self, _query: object) -> list[Any]:
+        return self.rows
+
+
+def _published(cost: object, base: str = "e" * 40, head: str = "f" * 40) -> SimpleNamespace:
+    return SimpleNamespace(
+        headline={"H100": {"cost": cost, "stopped": None}}, base_sha=base, head_sha=head
+    )
+
+
+def _plan(**kw: object) -> Any:
+    v: dict[str, object] = {
+        "repo": "o/r",
+        "task": "t",
+        "gpus": ["H100"],
+        "rounds": 5,
+        "modes": ["streaming"],
+        "adaptive": False,
+        "gpu_budget_minutes": None,
+        "base_sha": "c" * 40,
+        "head_sha": "d" * 40,
+    }
+    v.update(kw)
+    return SimpleNamespace(**v)
+
+
+@pytest.mark.parametrize(
+    "junk",
+    [
+        {"base_run_s": 10**400},  # an integer past any float
+        {"head_run_s": 10**400},
+        {"control_runs": 10**400},
+        {"base_run_s": float("nan"), "head_run_s": -1.0, "control_runs": True},
+        {"control_runs": "8", "base_run_s": [1.0]},
+    ],
+)
+def test_a_damaged_new_field_is_ignored_not_the_whole_estimate(junk: dict[str, object]) -> None:
+    good = [_published(_record()) for _ in range(3)]
+    damaged = _published({**_record(), **junk})
+    est = estimate.for_verification(_Rows([damaged, *good]), _plan())  # type: ignore[arg-type]
+    assert est is not None
+    assert est.typical == pytest.approx((2 * 60 + 10 * 30) / 60, abs=0.01)
+
+
+def test_a_damaged_headline_is_left_out() -> None:
+    rows = [SimpleNamespace(headline=["H100"], base_sha="e", head_sha="f"), _published(_record())]
+    est = estimate.for_verification(_Rows(rows), _plan())  # type: ignore[arg-type]
+    assert est is not None
+    assert est.gpus["H100"].basis == "1 earlier run on H100"
+
+
+def test_a_damaged_budget_gives_no_estimate_rather_than_a_negative_one() -> None:
+    plan = _plan(adaptive=True, gpu_budget_minutes=-5.0)
+    assert estimate.for_verification(_Rows([_published(_record())]), plan) is None  # type: ignore[arg-type]

@@ -7,6 +7,7 @@ import io
 import itertools
 from pathlib import Path
 
+import matplotlib
 import numpy as np
 import orjson
 import pytest
@@ -447,3 +448,35 @@ def test_no_trajectory_without_harness_data() -> None:
     assert trajectory_points(Harness(trajectory=EvolveState(submissions=[]))) == []
     empty = best_so_far([])
     assert empty[0].size == empty[1].size == 0
+
+
+def test_a_style_set_in_the_process_draws_again(study: Study, tmp_path: Path) -> None:
+    """What a drawing reads besides its data (matplotlib's settings) is in the key: a hit
+    is what drawing now would write."""
+    ev, sources = study
+    plotting.DRAWN.clear()
+    make_plots(ev, sources, None, tmp_path / "before", None)
+    with matplotlib.rc_context({"axes.facecolor": "#000000", "font.size": 20}):
+        make_plots(ev, sources, None, tmp_path / "styled", None)
+        assert plotting.DRAWN.hits == 0
+        plotting.DRAWN.clear()
+        make_plots(ev, sources, None, tmp_path / "fresh", None)
+    styled, fresh = _written(tmp_path / "styled"), _written(tmp_path / "fresh")
+    assert styled == fresh
+    assert styled["rounds"] != _written(tmp_path / "before")["rounds"]
+
+
+def test_dollar_signs_in_the_texts_are_drawn_as_they_are(study: Study, tmp_path: Path) -> None:
+    """A harness run id, a guard's name, a search round's status: text from the bundle and
+    candidate, never a formula for matplotlib to parse (`$\\nope$` failed the build)."""
+    ev, sources = study
+    trajectory = [
+        TrajectoryPoint(hour=0.0, reward=1.0),
+        TrajectoryPoint(hour=1.0, reward=2.0, passed=False, failed_guards=["cost $\\nope$"]),
+        TrajectoryPoint(hour=2.0, passed=False, failed_guards=["$x^$"]),
+    ]
+    cand = _candidate(trajectory).model_copy(
+        update={"harness": Harness(run_id="run $\\frac{", trajectory=trajectory)}
+    )
+    names = [p.name for p in make_plots(ev, sources, cand, tmp_path, None)]
+    assert "trajectory" in names
