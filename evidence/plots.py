@@ -901,36 +901,44 @@ def make_plots(
     public_url: str | None,
 ) -> list[Plot]:
     """Write the plots that have data into `out_dir/plots` and describe them."""
-    specs: list[tuple[str, str, object, Callable[[Any], Figure | None]]] = [
-        ("rounds", "Throughput per round, in execution order", rounds_series(ev), _draw_rounds),
+    # The data of each plot is prepared only when its turn comes: a large bundle's latency
+    # and TTFA values are not held at once.
+    specs: list[tuple[str, str, Callable[[], object], Callable[[Any], Figure | None]]] = [
+        (
+            "rounds",
+            "Throughput per round, in execution order",
+            lambda: rounds_series(ev),
+            _draw_rounds,
+        ),
         (
             "latency",
             "Latency distribution, base vs head",
-            distribution_panels(sources, "latency_s"),
+            lambda: distribution_panels(sources, "latency_s"),
             functools.partial(_draw_distributions, xlabel="latency (s)"),
         ),
         (
             "ttfa",
             "Time to first audio, base vs head (streaming)",
-            distribution_panels(sources, "audio_ttfp_s", streaming_only=True),
+            lambda: distribution_panels(sources, "audio_ttfp_s", streaming_only=True),
             functools.partial(_draw_distributions, xlabel="time to first audio (s)"),
         ),
         (
             "deltas",
             "Change per configuration with 95% intervals",
-            (delta_rows(ev), ev.threshold_pct),
+            lambda: (delta_rows(ev), ev.threshold_pct),
             _draw_deltas,
         ),
         (
             "trajectory",
             "How the candidate was found: harness search",
-            _trajectory_data(candidate),
+            lambda: _trajectory_data(candidate),
             _draw_trajectory,
         ),
     ]
     plots: list[Plot] = []
     style = _style()
-    for name, title, data, draw in specs:
+    for name, title, prepare, draw in specs:
+        data = prepare()
         key = _digest(name, data, style)
         png = DRAWN.get(key)
         if png is None:
@@ -938,6 +946,7 @@ def make_plots(
             if fig is not None:
                 png = _png(fig)
                 DRAWN.put(key, png)
+        del data
         if png is None:
             # An earlier build's plot in a reused DIR would read as this study's.
             (out_dir / "plots" / f"{name}.png").unlink(missing_ok=True)
