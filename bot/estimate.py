@@ -33,6 +33,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from bot.models import Verification
+from evidence.bounds import finite
 
 log = logging.getLogger(__name__)
 
@@ -210,12 +211,7 @@ CENSORED = ("budget", "cut-short")
 
 def _within(x: object, lo: float, hi: float) -> TypeGuard[int | float]:
     """`x` is a number (not a bool) from `lo` to `hi`; an integer past any float is not."""
-    if not isinstance(x, int | float) or isinstance(x, bool):
-        return False
-    try:
-        return math.isfinite(x) and lo <= x <= hi
-    except OverflowError:
-        return False
+    return finite(x) and lo <= x <= hi
 
 
 def _seconds(x: Any) -> float | None:

@@ -8,7 +8,6 @@ summaries.
 
 from __future__ import annotations
 
-import math
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
@@ -21,6 +20,7 @@ import pandas as pd
 from scipy import stats
 
 from evidence.asr import SEEDTTS, TRANSCRIBE_DIARIZE
+from evidence.bounds import finite
 from evidence.control import favoured, runs_of
 from evidence.inert import bound
 from evidence.load import LoadedRun, Source, common_scored
@@ -531,20 +531,9 @@ def _host_cpu_ms(src: Source) -> list[tuple[str, str, float]]:
     out: list[tuple[str, str, float]] = []
     for lr in src.runs:
         ms = (lr.server or {}).get("host_cpu_ms")
-        if isinstance(ms, int | float) and _finite(ms) and 0 < ms < 1e6:
+        if isinstance(ms, int | float) and finite(ms) and 0 < ms < 1e6:
             out.append((lr.run.id, lr.run.side, float(ms)))
     return out
-
-
-def _finite(v: object) -> bool:
-    """A number that can be shown: not a bool, not NaN or infinite, nor an integer too
-    large for a float (JSON allows any length)."""
-    if not isinstance(v, int | float) or isinstance(v, bool):
-        return False
-    try:
-        return math.isfinite(v)
-    except OverflowError:
-        return False
 
 
 def _unsteady_warmup(src: Source) -> list[Finding]:
@@ -562,10 +551,10 @@ def _unsteady_warmup(src: Source) -> list[Finding]:
                 continue
             rid, warm = cold[0]
             raw = warm.get("rates")
-            rates = [r for r in (raw if isinstance(raw, list) else [])[:8] if _finite(r)]
+            rates = [r for r in (raw if isinstance(raw, list) else [])[:8] if finite(r)]
             shown = " → ".join(f"{r:.3g}" for r in rates)
             pct = warm.get("steady_pct")
-            within = f"{pct:g}%" if _finite(pct) else "the task's margin"
+            within = f"{pct:g}%" if finite(pct) else "the task's margin"
             ext = warm.get("extended")
             more = (
                 f", even with {ext} pass(es) past the task's `warmup_max_passes`"

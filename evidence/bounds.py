@@ -7,7 +7,9 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import TypeGuard
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -48,3 +50,14 @@ class Limits:
 
 
 DEFAULT = Limits()
+
+
+def finite(x: object) -> TypeGuard[int | float]:
+    """A number that can be used: not a bool, not NaN or infinite, nor an integer too
+    large for a float (JSON allows any length)."""
+    if not isinstance(x, int | float) or isinstance(x, bool):
+        return False
+    try:
+        return math.isfinite(x)
+    except OverflowError:
+        return False
