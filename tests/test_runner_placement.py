@@ -35,15 +35,19 @@ def test_halves_are_disjoint_and_near_the_gpu_first() -> None:
 def test_a_pinned_process_and_its_children_keep_to_their_cores() -> None:
     mine = sorted(os.sched_getaffinity(0))
     target = frozenset(mine[:1])
+    # The child reads its cores only once told it has been pinned (a line on stdin), so a
+    # slow test machine cannot let it look before the pin, as a sleep would.
     code = (
-        "import os, subprocess, sys, time; time.sleep(0.3); "
+        "import os, subprocess, sys; sys.stdin.readline(); "
         "print(sorted(os.sched_getaffinity(0))); sys.stdout.flush(); "
         "subprocess.run([sys.executable, '-c', "
         "'import os; print(sorted(os.sched_getaffinity(0)))'])"
     )
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     placement.pin(p.pid, target)
-    out, _ = p.communicate(timeout=30)
+    out, _ = p.communicate("pinned\n", timeout=30)
     assert out.split("\n")[:2] == [str(sorted(target))] * 2
 
 
