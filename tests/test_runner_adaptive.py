@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_runner_verify import ROOT, make_repo, runner_cmd, runner_env
+from tests.test_runner_verify import LONG_BURSTS, ROOT, make_repo, runner_cmd, runner_env
 
 
 @pytest.fixture
@@ -47,10 +47,7 @@ def _minutes_match(m: dict[str, Any]) -> None:
 
 
 def test_a_head_twice_as_fast_is_decided_in_few_rounds(tmp_path: Path) -> None:
-    # Requests of 4 ms a character: a base burst of about 1.7 s, not 0.4 s, so a loaded
-    # test machine stalling a process for a tenth of a second moves a run by a few percent
-    # (at 1 ms a character one such stall in CI took the paired interval past round 3).
-    slow = {"char_ms": 4.0}
+    slow = LONG_BURSTS
     r, m = verify_auto(
         tmp_path, {**slow, "speed": 1.0}, {**slow, "speed": 2.0}, "--max-rounds", "8"
     )

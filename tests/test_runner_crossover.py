@@ -23,7 +23,7 @@ from runners.gpu import Backend, GpuInfo
 from runners.placement import Placement, parse_cpulist
 from runners.verify import Verifier
 from tests.test_runner_resident import _in_process
-from tests.test_runner_verify import FAKE_SMI, build, runner_env, verify
+from tests.test_runner_verify import FAKE_SMI, LONG_BURSTS, build, runner_env, verify
 
 
 @pytest.fixture
@@ -74,10 +74,7 @@ def _ok(m: dict[str, Any]) -> list[dict[str, Any]]:
 def test_crossover_runs_base_and_head_at_once_on_two_gpus_swapped_every_pair(
     tmp_path: Path,
 ) -> None:
-    # Requests of 4 ms a character (bursts of about 1.7 s, not 0.4 s): the two bursts of a
-    # pair share the host's cores, and on a loaded test machine one stall of a tenth of a
-    # second in a 0.4 s burst left the four pairs' interval too wide (inconclusive).
-    slow = {"char_ms": 4.0}
+    slow = LONG_BURSTS  # the two bursts of a pair also share the cores
     out, m = crossover(tmp_path, {**slow, "speed": 1.5}, "--rounds", "4", base_cfg=slow)
     assert m["isolation"]["mode"] == "cgroup"
     d = m["design"]

@@ -22,6 +22,7 @@ from runners.verify import Options, Verifier
 from tests import candidates
 from tests.test_runner_verify import (
     CANDIDATE_PYTHON,
+    LONG_BURSTS,
     ROOT,
     build,
     git,
@@ -45,10 +46,7 @@ def _bursts(m: dict[str, Any]) -> list[dict[str, Any]]:
 def test_alternate_keeps_each_server_resident_and_runs_bursts_in_balanced_pairs(
     tmp_path: Path,
 ) -> None:
-    # Requests of 4 ms a character (bursts of about 1.7 s, not 0.4 s): with three pairs
-    # one stall of a tenth of a second on a loaded test machine must not pull the
-    # estimate under +30% or widen the interval past zero.
-    slow = {"char_ms": 4.0}
+    slow = LONG_BURSTS  # three pairs: one stall must not pull it under +30%
     r, out, m = verify(
         tmp_path,
         slow,

@@ -61,6 +61,13 @@ def make_repo(path: Path, base: dict[str, Any], head: dict[str, Any]) -> tuple[s
     return git(path, "rev-parse", "HEAD~1"), git(path, "rev-parse", "HEAD")
 
 
+# The dry task's requests at 4 ms a character: bursts of about 1.7 s, not 0.4 s. A test that
+# asserts an interval excludes zero (or a decision within a few rounds) uses them, so that a
+# loaded test machine stalling a process for a tenth of a second moves a run by a few percent,
+# not by a quarter (in CI one such stall took a 2x head's decision past round 3).
+LONG_BURSTS: dict[str, Any] = {"char_ms": 4.0}
+
+
 # The candidates' interpreter: the machine's own, which the candidate users can run (a
 # virtual environment under /root is closed to them; the runner checks and says so).
 CANDIDATE_PYTHON = candidates.PYTHON
